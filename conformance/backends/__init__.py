@@ -1,0 +1,123 @@
+"""The backend plugin API.
+
+A backend is an implementation under test.  It has a ``name``, a ``device`` and an
+``array_kind`` and maps contract ids to callables.  Each callable takes the contract's
+inputs as keyword arguments -- NumPy arrays for ``array_kind="numpy"``, torch tensors on
+``device`` for ``array_kind="torch"`` -- plus the contract's params as keyword arguments,
+and returns a dict of named outputs (arrays or tensors of the spec's output dtypes).
+
+A contract may be implemented for some parameter sets only: wrap the callable in an
+``Implementation`` whose ``supports(params)`` returns ``None`` when the set is implemented
+and a reason string when it is not.  Param sets a backend does not implement are reported
+as *not-implemented*, not as failures.
+
+Backends are found by name in the entry-point group ``qconform.backends`` (the value is a
+``Backend`` or a zero-argument callable returning one), or loaded from ``module:attr``::
+
+    # my_vendor/qconform_plugin.py
+    from conformance.backends import Backend
+
+    def backend() -> Backend:
+        import my_vendor
+        return Backend(name="my-vendor", device="cuda", array_kind="torch",
+                       contracts={"cast.fp8": my_vendor.cast_fp8})
+
+    # pyproject.toml
+    [project.entry-points."qconform.backends"]
+    my-vendor = "my_vendor.qconform_plugin:backend"
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, Literal
+
+import numpy as np
+
+from conformance.errors import BackendError
+
+__all__ = ["Backend", "Implementation", "available_backends", "load_backend"]
+
+ENTRY_POINT_GROUP = "qconform.backends"
+
+
+def _always(params: Mapping[str, Any]) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """A callable for one contract and the parameter sets it implements."""
+
+    fn: Callable[..., Mapping[str, Any]]
+    supports: Callable[[Mapping[str, Any]], str | None] = _always
+    validates_inputs: bool = True
+    """Whether the callable promises the spec's ``invalid`` errors (third-party ops often do not)."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    """An implementation under test; see the module docstring for the calling convention."""
+
+    name: str
+    device: str
+    array_kind: Literal["numpy", "torch"]
+    contracts: Mapping[str, Implementation | Callable[..., Mapping[str, Any]]]
+    info: Mapping[str, str] = field(default_factory=dict)
+
+    def implementation(self, contract: str) -> Implementation | None:
+        impl = self.contracts.get(contract)
+        if impl is None or isinstance(impl, Implementation):
+            return impl
+        return Implementation(impl)
+
+    def unsupported_reason(self, contract: str, params: Mapping[str, Any]) -> str | None:
+        impl = self.implementation(contract)
+        if impl is None:
+            return f"backend {self.name!r} does not implement {contract}"
+        return impl.supports(params)
+
+    def call(
+        self, contract: str, inputs: Mapping[str, np.ndarray], dtypes: Mapping[str, str], params: Mapping[str, Any]
+    ) -> dict[str, np.ndarray]:
+        """Run one case: NumPy carriers in, NumPy arrays out (conversions done here)."""
+        impl = self.implementation(contract)
+        if impl is None:
+            raise BackendError(f"backend {self.name!r} does not implement {contract}")
+        if self.array_kind == "torch":
+            from conformance.backends import torch_arrays
+
+            args = {n: torch_arrays.to_tensor(a, dtypes[n], self.device) for n, a in inputs.items()}
+            result = impl.fn(**args, **params)
+            return {n: torch_arrays.to_numpy(v) for n, v in dict(result).items()}
+        result = impl.fn(**{n: np.array(a) for n, a in inputs.items()}, **params)
+        return {n: np.asarray(v) for n, v in dict(result).items()}
+
+
+def available_backends() -> dict[str, str]:
+    """Registered backend names and their entry-point values."""
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def load_backend(name: str) -> Backend:
+    """A backend by entry-point name, or from ``module:attr``."""
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        try:
+            obj = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise BackendError(f"cannot load backend {name!r}: {exc}") from exc
+    else:
+        found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+        if not found:
+            raise BackendError(
+                f"unknown backend {name!r}; registered: {sorted(available_backends())}, or use module:attr"
+            )
+        obj = found[0].load()
+    backend = obj if isinstance(obj, Backend) else obj()
+    if not isinstance(backend, Backend):
+        raise BackendError(f"{name!r} gave {type(backend).__name__}, expected a conformance.backends.Backend")
+    return backend

@@ -1,0 +1,48 @@
+"""Conversions between the engine's NumPy carriers and torch tensors (torch imported lazily)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["to_numpy", "to_tensor"]
+
+_TORCH_DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+    "uint8": torch.uint8,
+    "int8": torch.int8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "bool": torch.bool,
+}
+
+
+def to_tensor(carrier: np.ndarray, dtype: str, device: str) -> torch.Tensor:
+    """A contiguous tensor of the logical ``dtype`` on ``device``, built bit for bit.
+
+    bfloat16 is built from its bits, not with ``.to(torch.bfloat16)``: on CPU that
+    conversion turns every NaN into 0xFFFF (a negative NaN), which would hide the sign.
+    """
+    array = np.array(carrier, copy=True, order="C")
+    if dtype == "bfloat16":
+        bits = (array.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
+        return torch.from_numpy(bits).view(torch.bfloat16).to(device)
+    return torch.from_numpy(array).to(_TORCH_DTYPES[dtype]).to(device).contiguous()
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """NumPy carrier of an output: bfloat16 as uint16 bits, float8 codes as uint8."""
+    if not isinstance(value, torch.Tensor):
+        return np.asarray(value)
+    tensor = value.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(np.uint16)
+    if tensor.element_size() == 1 and tensor.dtype.is_floating_point:
+        return tensor.view(torch.uint8).numpy()
+    return tensor.numpy()

@@ -1,0 +1,153 @@
+"""The one comparator: backend outputs against reference outputs, by bits.
+
+Kinds (a spec's ``outputs.<name>.compare.kind``):
+
+- ``bitwise``: every bit equal (so -0 differs from +0 and NaN codes must match);
+- ``nan_equal``: bitwise, except that any NaN equals any NaN (payload and sign are
+  don't-care); NaN-ness comes from the output dtype, or from ``format`` for code outputs;
+- ``ulp``: floats within ``max_ulp`` units in the last place (NaN equals NaN, Inf exact);
+- ``close``: ``|got - ref| <= atol + rtol * |ref|`` in float64 (NaN equals NaN).
+
+``dont_care`` names a boolean output of the reference that masks elements out (padding).
+Equality is checked vectorised first; the per-element report is built only on failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from conformance.carriers import bits_to_carrier, carrier_to_bits, get_dtype
+from reference.formats import FORMATS
+
+__all__ = ["Mismatch", "compare_outputs", "format_bits"]
+
+MAX_REPORTED = 8
+
+
+@dataclass
+class Mismatch:
+    """What differs in one output: a one-line message and the first offending elements."""
+
+    output: str
+    message: str
+    count: int = 0
+    total: int = 0
+    elements: list[dict[str, Any]] = field(default_factory=list)
+
+
+def format_bits(bits: Any, width: int) -> str:
+    return f"0x{int(bits):0{max(1, width // 4)}x}"
+
+
+def _decoded(bits: np.ndarray, dtype: str, fmt: str | None) -> np.ndarray:
+    """float64 values of bit patterns (codes through their format's table)."""
+    if fmt is not None:
+        return FORMATS[fmt].decode_table[bits.astype(np.int64)]
+    return bits_to_carrier(bits, dtype).astype(np.float64)
+
+
+def _is_nan(bits: np.ndarray, dtype: str, fmt: str | None) -> np.ndarray:
+    if fmt is not None:
+        return FORMATS[fmt].is_nan(bits)
+    if get_dtype(dtype).kind != "float":
+        return np.zeros(bits.shape, dtype=bool)
+    return np.isnan(bits_to_carrier(bits, dtype))
+
+
+def _ulp_distance(a: np.ndarray, b: np.ndarray, dtype: str) -> np.ndarray:
+    """Distance in representable steps between float bit patterns (sign-magnitude ordered)."""
+    width = get_dtype(dtype).bits
+    sign = np.uint64(1 << (width - 1))
+
+    def ordered(x: np.ndarray) -> np.ndarray:
+        x = x.astype(np.uint64)
+        mag = (x & (sign - np.uint64(1))).astype(np.int64)
+        return np.where(x & sign, -mag, mag)
+
+    return np.abs(ordered(a) - ordered(b))
+
+
+def compare_outputs(
+    outputs: Mapping[str, Mapping[str, Any]],
+    dtypes: Mapping[str, str],
+    params: Mapping[str, Any],
+    reference: Mapping[str, np.ndarray],
+    got: Mapping[str, Any],
+) -> list[Mismatch]:
+    """Compare backend outputs ``got`` (carriers) with ``reference`` (bit patterns).
+
+    ``outputs`` is the spec's output section and ``dtypes`` each output's resolved dtype;
+    returns one ``Mismatch`` per differing output.
+    """
+    problems: list[Mismatch] = []
+    missing = [n for n in outputs if n not in got]
+    if missing:
+        return [Mismatch(n, f"{n}: missing from the backend's outputs (got {sorted(got)})") for n in missing]
+    for name, decl in outputs.items():
+        dtype = dtypes[name]
+        fmt = decl.get("format")
+        fmt = params.get(fmt[1:]) if isinstance(fmt, str) and fmt.startswith("$") else fmt
+        ref_bits = reference[name]
+        try:
+            got_bits = carrier_to_bits(np.asarray(got[name]), dtype)
+        except TypeError as exc:
+            problems.append(Mismatch(name, f"{name}: {exc}"))
+            continue
+        if got_bits.shape != ref_bits.shape:
+            problems.append(Mismatch(name, f"{name}: shape {got_bits.shape}, but reference gives {ref_bits.shape}"))
+            continue
+        rule = decl["compare"]
+        equal = _equal(rule, ref_bits, got_bits, dtype, fmt)
+        if "dont_care" in rule:
+            equal |= np.asarray(reference[rule["dont_care"]], dtype=bool)
+        if equal.all():
+            continue
+        problems.append(_describe(name, dtype, fmt, ref_bits, got_bits, equal))
+    return problems
+
+
+def _equal(rule: Mapping[str, Any], ref: np.ndarray, got: np.ndarray, dtype: str, fmt: str | None) -> np.ndarray:
+    kind = rule["kind"]
+    same = ref == got
+    if kind == "bitwise":
+        return same
+    both_nan = _is_nan(ref, dtype, fmt) & _is_nan(got, dtype, fmt)
+    if kind == "nan_equal":
+        return same | both_nan
+    if kind == "ulp":
+        return same | both_nan | (_ulp_distance(ref, got, dtype) <= int(rule["max_ulp"]))
+    if kind == "close":
+        r, g = _decoded(ref, dtype, fmt), _decoded(got, dtype, fmt)
+        with np.errstate(invalid="ignore", over="ignore"):
+            close = np.abs(g - r) <= float(rule["atol"]) + float(rule["rtol"]) * np.abs(r)
+        return same | both_nan | close
+    raise ValueError(f"unknown compare kind {kind!r}")
+
+
+def _describe(name: str, dtype: str, fmt: str | None, ref: np.ndarray, got: np.ndarray, equal: np.ndarray) -> Mismatch:
+    bad = np.argwhere(~equal)
+    width = get_dtype(dtype).bits if fmt is None else FORMATS[fmt].bits
+    ref_values, got_values = _decoded(ref, dtype, fmt), _decoded(got, dtype, fmt)
+    elements = []
+    for index in bad[:MAX_REPORTED]:
+        i = tuple(int(k) for k in index)
+        elements.append(
+            {
+                "index": list(i),
+                "reference": format_bits(ref[i], width),
+                "backend": format_bits(got[i], width),
+                "reference_value": repr(float(ref_values[i])),
+                "backend_value": repr(float(got_values[i])),
+            }
+        )
+    first = elements[0]
+    where = f"{name}[{', '.join(map(str, first['index']))}]" if first["index"] else name
+    message = (
+        f"{where}={first['backend']} ({first['backend_value']}), but reference gives "
+        f"{first['reference']} ({first['reference_value']}); {len(bad)} of {ref.size} elements differ"
+    )
+    return Mismatch(name, message, len(bad), int(ref.size), elements)

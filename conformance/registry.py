@@ -1,0 +1,263 @@
+"""Load, validate and index the contract specs.
+
+A spec is one YAML file per contract (``specs/<family>/<operation>.yaml``).  Loading is
+safe (``yaml.safe_load``); every spec is validated against ``schemas/spec.schema.json``
+and then checked semantically (defaults inside their domains, expressions that read only
+known names, value classes that name known formats).  Any problem is a ``SpecError``
+naming the file, the line, the key path and what was expected; nothing runs on an
+invalid spec.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import hashlib
+import importlib
+import itertools
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from conformance.carriers import DTYPES
+from conformance.errors import SpecError
+from conformance.expr import check_expression
+from reference.formats import FORMATS
+
+__all__ = ["Param", "Spec", "default_spec_dir", "load_spec", "load_specs"]
+
+PROFILE_DEFAULTS = {"smoke": 20, "default": 200, "thorough": 2000}
+_SCHEMA_PATH = Path(__file__).parent / "schemas" / "spec.schema.json"
+
+
+def default_spec_dir() -> Path:
+    """``specs/`` shipped in the wheel (``conformance/specs``) or beside the source tree."""
+    for candidate in (Path(__file__).parent / "specs", Path(__file__).parent.parent / "specs"):
+        if candidate.is_dir():
+            return candidate
+    raise SpecError("no specs directory found next to the conformance package")
+
+
+@dataclass(frozen=True)
+class Param:
+    """A contract parameter: a finite domain (``values``) or an integer ``range``."""
+
+    name: str
+    default: Any
+    values: tuple[Any, ...] | None = None
+    range: tuple[int, int] | None = None
+    doc: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def finite(self) -> bool:
+        return self.values is not None
+
+    def boundary_values(self) -> tuple[Any, ...]:
+        """The values boundary-first cases use: every finite value, or min/default/max."""
+        if self.values is not None:
+            return self.values
+        assert self.range is not None
+        return tuple(dict.fromkeys((self.range[0], self.default, self.range[1])))
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One validated contract spec; ``raw`` is the YAML mapping as loaded."""
+
+    path: Path
+    raw: Mapping[str, Any]
+    sha256: str
+
+    @property
+    def contract(self) -> str:
+        return str(self.raw["contract"])
+
+    @property
+    def family(self) -> str:
+        return self.contract.split(".")[0]
+
+    @property
+    def operation(self) -> str:
+        return self.contract.split(".")[1]
+
+    @property
+    def elementwise(self) -> bool:
+        return bool(self.raw.get("elementwise", False))
+
+    @functools.cached_property
+    def params(self) -> dict[str, Param]:
+        out = {}
+        for name, p in (self.raw.get("params") or {}).items():
+            values = tuple(p["values"]) if "values" in p else None
+            rng = tuple(p["range"]) if "range" in p else None
+            out[name] = Param(name, p["default"], values, rng, p.get("doc", ""), p.get("sources", {}))
+        return out
+
+    @property
+    def inputs(self) -> Mapping[str, Mapping[str, Any]]:
+        return self.raw["inputs"]
+
+    @property
+    def outputs(self) -> Mapping[str, Mapping[str, Any]]:
+        return self.raw["outputs"]
+
+    @property
+    def dims(self) -> Mapping[str, Mapping[str, Any]]:
+        return self.raw.get("dims") or {}
+
+    @property
+    def constraints(self) -> Sequence[str]:
+        return self.raw.get("constraints") or []
+
+    def examples_for(self, profile: str) -> int:
+        return int((self.raw.get("profiles") or {}).get(profile, PROFILE_DEFAULTS[profile]))
+
+    def param_combinations(self) -> list[dict[str, Any]]:
+        """Cross product of the finite parameters (one report row each)."""
+        finite = [p for p in self.params.values() if p.finite]
+        return [
+            dict(zip((p.name for p in finite), combo, strict=False))
+            for combo in itertools.product(*(p.values or () for p in finite))
+        ]
+
+    def with_defaults(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` completed with the defaults of the parameters it leaves out."""
+        unknown = set(params) - set(self.params)
+        if unknown:
+            raise SpecError(f"{self.contract}: unknown params {sorted(unknown)}; known: {sorted(self.params)}")
+        return {name: params.get(name, p.default) for name, p in self.params.items()}
+
+    def output_dtype(self, name: str, input_dtypes: Mapping[str, str]) -> str:
+        """An output's dtype: a dtype name, or ``<input>.dtype`` for "same as that input"."""
+        dtype = str(self.outputs[name]["dtype"])
+        return input_dtypes[dtype.removesuffix(".dtype")] if dtype.endswith(".dtype") else dtype
+
+    def reference_function(self) -> Callable[..., Mapping[str, Any]]:
+        """``reference.<family>.<operation>``: the contract's NumPy reference."""
+        module = importlib.import_module(f"reference.{self.family}")
+        function: Callable[..., Mapping[str, Any]] = getattr(module, self.operation)
+        return function
+
+
+# -- loading -------------------------------------------------------------------------------
+@functools.cache
+def _schema_validator() -> jsonschema.protocols.Validator:
+    schema = json.loads(_SCHEMA_PATH.read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _line_of(node: yaml.Node | None, path: Sequence[Any]) -> int | None:
+    """1-based line of the YAML node at ``path`` (or of its nearest existing parent)."""
+    line = None if node is None else node.start_mark.line + 1
+    for key in path:
+        if isinstance(node, yaml.MappingNode):
+            match = next((v for k, v in node.value if k.value == key), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            match = node.value[key]
+        else:
+            match = None
+        if match is None:
+            break
+        node, line = match, match.start_mark.line + 1
+    return line
+
+
+def _fail(path: Path, node: yaml.Node | None, keys: Sequence[Any], message: str) -> SpecError:
+    where = ".".join(str(k) for k in keys) or "<top>"
+    line = _line_of(node, keys)
+    return SpecError(f"{path}:{line}: {where}: {message}")
+
+
+def load_spec(path: Path) -> Spec:
+    """Load and validate one spec file."""
+    text = path.read_text()
+    try:
+        tree = yaml.compose(text, Loader=yaml.SafeLoader)
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}:1: <top>: expected a mapping of spec keys, got {type(raw).__name__}")
+    error = jsonschema.exceptions.best_match(_schema_validator().iter_errors(raw))
+    if error is not None:
+        raise _fail(path, tree, list(error.absolute_path), _describe(error))
+    assert tree is not None  # a non-empty mapping was parsed above
+    _check_semantics(path, tree, raw)
+    return Spec(path, raw, hashlib.sha256(text.encode()).hexdigest())
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    if error.validator == "additionalProperties":
+        return f"{error.message}; allowed keys: {sorted(error.schema.get('properties', {}))}"
+    if error.validator == "required":
+        return error.message
+    return f"{error.message} (schema rule: {error.validator})"
+
+
+def _check_semantics(path: Path, tree: yaml.Node, raw: Mapping[str, Any]) -> None:
+    expected_name = f"{raw['contract'].split('.')[1]}.yaml"
+    if path.name != expected_name or path.parent.name != raw["contract"].split(".")[0]:
+        raise _fail(
+            path, tree, ["contract"], f"{raw['contract']!r} must live in specs/{raw['contract'].replace('.', '/')}.yaml"
+        )
+    params = raw.get("params") or {}
+    for name, p in params.items():
+        if "values" in p and p["default"] not in p["values"]:
+            raise _fail(path, tree, ["params", name, "default"], f"got {p['default']!r}, expected one of {p['values']}")
+        if "range" in p and not (p["range"][0] <= p["default"] <= p["range"][1]):
+            raise _fail(path, tree, ["params", name, "default"], f"got {p['default']!r}, expected within {p['range']}")
+    dims = raw.get("dims") or {}
+    known = set(params) | set(dims) | set(raw["inputs"])
+    for name, d in dims.items():
+        for key in ("min", "max", "multiple_of"):
+            if isinstance(d.get(key), str):
+                _check_expr(path, tree, ["dims", name, key], d[key], known)
+    for i, c in enumerate(raw.get("constraints") or []):
+        _check_expr(path, tree, ["constraints", i], c, known)
+    for name, spec in raw["inputs"].items():
+        for i, entry in enumerate(spec["shape"]):
+            dim = str(entry).lstrip("*")
+            if isinstance(entry, str) and dim not in dims:
+                raise _fail(path, tree, ["inputs", name, "shape", i], f"dim {dim!r} is not declared under dims")
+            if isinstance(entry, str) and entry.startswith("*") != ("rank" in dims[dim]):
+                raise _fail(path, tree, ["inputs", name, "shape", i], f"'*{dim}' and dims.{dim}.rank go together")
+        for i, vc in enumerate(spec["values"]):
+            fmt = vc.get("format") if isinstance(vc, dict) else None
+            if fmt is not None and fmt.lstrip("$") not in (params if fmt.startswith("$") else FORMATS):
+                raise _fail(
+                    path,
+                    tree,
+                    ["inputs", name, "values", i, "format"],
+                    f"got {fmt!r}, expected a format name or $param",
+                )
+    for name, out in raw["outputs"].items():
+        if out["dtype"] not in DTYPES and out["dtype"].removesuffix(".dtype") not in raw["inputs"]:
+            expected = f"one of {sorted(DTYPES)} or <input>.dtype"
+            raise _fail(path, tree, ["outputs", name, "dtype"], f"got {out['dtype']!r}, expected {expected}")
+        _check_expr(path, tree, ["outputs", name, "shape"], out["shape"], known)
+
+
+def _check_expr(path: Path, tree: yaml.Node, keys: list[Any], source: str, known: set[str]) -> None:
+    try:
+        check_expression(source, known)
+    except SpecError as exc:
+        raise _fail(path, tree, keys, str(exc)) from None
+
+
+def iter_spec_paths(spec_dir: Path | None = None) -> Iterator[Path]:
+    yield from sorted((spec_dir or default_spec_dir()).glob("*/*.yaml"))
+
+
+def load_specs(pattern: str = "*", spec_dir: Path | None = None) -> list[Spec]:
+    """Every spec whose contract id matches the glob ``pattern`` (e.g. ``cast.*``)."""
+    specs = [load_spec(p) for p in iter_spec_paths(spec_dir)]
+    chosen = [s for s in specs if fnmatch.fnmatchcase(s.contract, pattern)]
+    if not chosen:
+        raise SpecError(f"no spec matches {pattern!r}; known contracts: {[s.contract for s in specs]}")
+    return chosen

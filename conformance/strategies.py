@@ -1,0 +1,189 @@
+"""Build conformance cases from a spec: boundary-first, then hypothesis.
+
+``boundary_cases`` yields the deterministic cases (every value class's pool, for every
+input dtype and every boundary value of range parameters, on boundary shapes: empty,
+smallest, ragged); ``case_strategy`` is the hypothesis strategy for random cases, whose
+shrinking reduces shapes towards the smallest valid dims and values towards simple ones.
+Dims honour ``min``/``max``/``multiple_of`` (expressions over params and earlier dims) and
+the spec's ``constraints``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import hypothesis.strategies as st
+import numpy as np
+from hypothesis import assume
+
+from conformance.carriers import get_dtype
+from conformance.case import Case, TensorBits
+from conformance.expr import evaluate
+from conformance.registry import Spec
+from conformance.values import apply_block_class, boundary_pool, element_strategy, resolve_class, values_to_bits
+
+__all__ = ["boundary_cases", "case_strategy", "literal_case", "shape_of"]
+
+DEFAULT_MAX_DIM = 16
+BOUNDARY_MAX_NUMEL = 1 << 17
+
+
+def _dim_bounds(spec: Spec, name: str, scope: Mapping[str, Any]) -> tuple[int, int, int]:
+    d = spec.dims[name]
+    lo = int(evaluate(d.get("min", 0), scope))
+    hi = int(evaluate(d.get("max", DEFAULT_MAX_DIM), scope))
+    step = int(evaluate(d.get("multiple_of", 1), scope))
+    if step <= 0:
+        raise ValueError(f"{spec.contract}: dims.{name}.multiple_of evaluated to {step}, expected > 0")
+    return lo, hi, step
+
+
+def _valid_values(lo: int, hi: int, step: int) -> list[int]:
+    first = -(-lo // step) * step
+    return list(range(first, hi + 1, step))
+
+
+def shape_of(spec: Spec, input_name: str, dims: Mapping[str, Any]) -> tuple[int, ...]:
+    shape: list[int] = []
+    for entry in spec.inputs[input_name]["shape"]:
+        if isinstance(entry, int):
+            shape.append(entry)
+        elif entry.startswith("*"):
+            shape.extend(dims[entry[1:]])
+        else:
+            shape.append(int(dims[entry]))
+    return tuple(shape)
+
+
+def _scalar_scope(params: Mapping[str, Any], dims: Mapping[str, Any]) -> dict[str, Any]:
+    return {**params, **{k: v for k, v in dims.items() if not isinstance(v, tuple)}}
+
+
+def _constraints_hold(spec: Spec, params: Mapping[str, Any], dims: Mapping[str, Any]) -> bool:
+    scope = _scalar_scope(params, dims)
+    shapes = {name: shape_of(spec, name, dims) for name in spec.inputs}
+    return all(bool(evaluate(c, scope, shapes)) for c in spec.constraints)
+
+
+def _seeded_rng(*parts: Any) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(repr(parts).encode()))
+
+
+# -- random cases -------------------------------------------------------------------------------
+@st.composite
+def _dims(draw: st.DrawFn, spec: Spec, params: Mapping[str, Any]) -> dict[str, Any]:
+    dims: dict[str, Any] = {}
+    for name, d in spec.dims.items():
+        lo, hi, step = _dim_bounds(spec, name, _scalar_scope(params, dims))
+        choices = _valid_values(lo, hi, step)
+        assume(choices)
+        sizes = st.sampled_from(choices)
+        if "rank" in d:
+            rank = draw(st.integers(*d["rank"]), label=f"rank of {name}")
+            dims[name] = tuple(draw(st.lists(sizes, min_size=rank, max_size=rank), label=name))
+        else:
+            dims[name] = draw(sizes, label=name)
+    return dims
+
+
+def case_strategy(spec: Spec, fixed: Mapping[str, Any]) -> st.SearchStrategy[Case]:
+    """Random cases with the finite params ``fixed``; range params, dims and values drawn."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Case:
+        params = dict(fixed)
+        for p in spec.params.values():
+            if not p.finite:
+                assert p.range is not None
+                params[p.name] = draw(st.integers(*p.range), label=p.name)
+        dims = draw(_dims(spec, params))
+        assume(_constraints_hold(spec, params, dims))
+        inputs = {}
+        for name, decl in spec.inputs.items():
+            dtype = draw(st.sampled_from(decl["dtypes"]), label=f"{name}.dtype")
+            classes = [resolve_class(vc, params) for vc in decl["values"]]
+            elements = st.one_of([element_strategy(vc, dtype) for vc in classes])
+            shape = shape_of(spec, name, dims)
+            flat = draw(st.lists(elements, min_size=int(np.prod(shape)), max_size=int(np.prod(shape))), label=name)
+            array = np.array(flat, dtype=np.uint64).astype(get_dtype(dtype).bit_dtype).reshape(shape)
+            block_class = draw(st.sampled_from([None, *[vc for vc in classes if vc["class"].endswith("_blocks")]]))
+            if block_class is not None:
+                array = apply_block_class(array, dtype, block_class, _seeded_rng(array.tobytes()))
+            inputs[name] = TensorBits(dtype, array)
+        return Case(spec.contract, params, inputs)
+
+    return build()
+
+
+# -- boundary cases -------------------------------------------------------------------------------
+def _boundary_dims(spec: Spec, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Empty, smallest non-empty and ragged (largest valid below the max) dim assignments."""
+    picks: list[dict[str, Any]] = []
+    for mode in ("min", "min_positive", "ragged"):
+        dims: dict[str, Any] = {}
+        for name, d in spec.dims.items():
+            lo, hi, step = _dim_bounds(spec, name, _scalar_scope(params, dims))
+            choices = _valid_values(lo, hi, step) or [lo]
+            positive = [c for c in choices if c > 0] or choices
+            size = {"min": choices[0], "min_positive": positive[0], "ragged": positive[min(len(positive) - 1, 2)]}[mode]
+            if "rank" in d:
+                rank = d["rank"][1] if mode == "ragged" else d["rank"][0]
+                dims[name] = tuple([size] * rank)
+            else:
+                dims[name] = size
+        if dims not in picks and _constraints_hold(spec, params, dims):
+            picks.append(dims)
+    return picks
+
+
+def boundary_cases(spec: Spec, fixed: Mapping[str, Any]) -> Iterator[Case]:
+    """Deterministic cases, run before any random one."""
+    range_params = [p for p in spec.params.values() if not p.finite]
+    for combo in itertools.product(*(p.boundary_values() for p in range_params)):
+        params = {**fixed, **dict(zip((p.name for p in range_params), combo, strict=False))}
+        first_input = next(iter(spec.inputs))
+        for dtype in spec.inputs[first_input]["dtypes"]:
+            classes = [resolve_class(vc, params) for vc in spec.inputs[first_input]["values"]]
+            for vc in classes:
+                label = f"boundary:{vc['class']}/{dtype}"
+                if spec.elementwise and len(spec.inputs) == 1:
+                    pool = boundary_pool(vc, dtype)
+                    yield Case(spec.contract, params, {first_input: TensorBits(dtype, pool)}, label)
+                    continue
+                for dims in _boundary_dims(spec, params):
+                    inputs = {}
+                    for name, decl in spec.inputs.items():
+                        dt = dtype if dtype in decl["dtypes"] else decl["dtypes"][0]
+                        resolved = vc if name == first_input else resolve_class(decl["values"][0], params)
+                        pool = boundary_pool(resolved, dt)
+                        shape = shape_of(spec, name, dims)
+                        numel = int(np.prod(shape))
+                        if numel > BOUNDARY_MAX_NUMEL:
+                            break
+                        array = np.resize(pool, numel).reshape(shape)
+                        array = apply_block_class(array, dt, resolved, _seeded_rng(spec.contract, label, dims))
+                        inputs[name] = TensorBits(dt, array)
+                    else:
+                        yield Case(spec.contract, params, inputs, f"{label}/{_dims_label(dims)}")
+
+
+def _dims_label(dims: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in dims.items())
+
+
+def literal_case(spec: Spec, params: Mapping[str, Any], inputs: Mapping[str, Mapping[str, Any]], label: str) -> Case:
+    """A case from a spec's ``examples``/``invalid`` entry (``values`` or exact ``bits``)."""
+    tensors = {}
+    for name, lit in inputs.items():
+        d = get_dtype(lit["dtype"])
+        if "bits" in lit:
+            bits = np.array(lit["bits"], dtype=np.uint64).astype(d.bit_dtype)
+        else:
+            bits = values_to_bits(lit["values"], lit["dtype"])
+        if "shape" in lit:
+            bits = bits.reshape(lit["shape"])
+        tensors[name] = TensorBits(lit["dtype"], bits)
+    return Case(spec.contract, dict(params), tensors, label)

@@ -1,0 +1,191 @@
+"""Value classes: the kinds of numbers a spec asks its inputs to be drawn from.
+
+Each class gives two things for an input dtype:
+
+- a *boundary pool*: a deterministic array of bit patterns that boundary-first cases run
+  whole (TestFloat style: every code, every rounding midpoint and one input-dtype ulp
+  either side, max and max+half-ulp, subnormals, +-0, NaN payloads, +-Inf);
+- an *element strategy*: a hypothesis strategy of single bit patterns for random cases,
+  built so that shrinking moves towards simple values (0, 1.0, the first pool entries).
+
+For 16-bit float inputs the ``wide`` pool is every one of the 65,536 patterns.
+Classes ``zero_blocks`` and ``outlier_blocks`` act on whole arrays (``apply_block_class``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import hypothesis.strategies as st
+import numpy as np
+
+from conformance.carriers import get_dtype, round_to_bfloat16
+from reference.formats import FORMATS, FloatFormat
+
+__all__ = ["apply_block_class", "boundary_pool", "class_name", "element_strategy", "resolve_class", "values_to_bits"]
+
+_FLOAT_LAYOUT = {"float32": (8, 23), "float16": (5, 10), "bfloat16": (8, 7), "float64": (11, 52)}
+
+
+def class_name(value_class: str | Mapping[str, Any]) -> str:
+    return value_class if isinstance(value_class, str) else str(value_class["class"])
+
+
+def resolve_class(value_class: str | Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """The class as a dict, with ``$param`` references replaced by the parameter's value."""
+    vc = {"class": value_class} if isinstance(value_class, str) else dict(value_class)
+    for key, value in vc.items():
+        if isinstance(value, str) and value.startswith("$"):
+            vc[key] = params[value[1:]]
+    return vc
+
+
+# -- conversions -----------------------------------------------------------------------------
+def _float_bits(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float64 values to bit patterns of a float dtype (values are chosen exactly representable)."""
+    if dtype == "float32":
+        return values.astype(np.float32).view(np.uint32)
+    if dtype == "float16":
+        return values.astype(np.float16).view(np.uint16)
+    if dtype == "bfloat16":
+        return (round_to_bfloat16(values.astype(np.float32)).view(np.uint32) >> 16).astype(np.uint16)
+    if dtype == "float64":
+        return values.astype(np.float64).view(np.uint64)
+    raise ValueError(f"{dtype} is not a float dtype")
+
+
+def _with_neighbours(bits: np.ndarray, dtype: str) -> np.ndarray:
+    """Each finite pattern and the patterns one ulp (of ``dtype``) below and above it."""
+    exp_bits, man_bits = _FLOAT_LAYOUT[dtype]
+    width = 1 + exp_bits + man_bits
+    sign = bits.astype(np.uint64) & np.uint64(1 << (width - 1))
+    magnitude = bits.astype(np.int64) & ((1 << (width - 1)) - 1)
+    inf = ((1 << exp_bits) - 1) << man_bits
+    out = [bits.astype(np.uint64)]
+    for step in (-1, 1):
+        m = magnitude + step
+        ok = (m >= 0) & (m <= inf) & (magnitude < inf)
+        out.append((m[ok].astype(np.uint64)) | sign[ok])
+    return np.concatenate(out).astype(get_dtype(dtype).bit_dtype)
+
+
+def _special_values(dtype: str, fmt: FloatFormat | None) -> np.ndarray:
+    exp_bits, man_bits = _FLOAT_LAYOUT[dtype]
+    width = 1 + exp_bits + man_bits
+    sign = 1 << (width - 1)
+    inf = ((1 << exp_bits) - 1) << man_bits
+    quiet = 1 << (man_bits - 1)
+    patterns = [
+        0, sign,  # +0, -0
+        inf, sign | inf,  # +-Inf
+        inf | quiet, sign | inf | quiet, inf | 1, sign | inf | 1, inf | ((1 << man_bits) - 1),  # NaNs
+        1, sign | 1, (1 << man_bits) - 1, 1 << man_bits,  # min/max subnormal, min normal
+        inf - 1, sign | (inf - 1),  # +-max finite
+    ]  # fmt: skip
+    bits = np.array(patterns, dtype=np.uint64).astype(get_dtype(dtype).bit_dtype)
+    if fmt is None:
+        return bits
+    landmarks = [fmt.max_finite, fmt.min_normal, fmt.min_subnormal, fmt.min_subnormal / 2]
+    magnitudes = fmt.finite_magnitudes
+    if len(magnitudes) > 1:
+        landmarks.append(fmt.max_finite + (magnitudes[-1] - magnitudes[-2]) / 2)  # max + half-ulp
+    values = np.array(landmarks + [-v for v in landmarks], dtype=np.float64)
+    return np.concatenate([bits, _with_neighbours(_float_bits(values, dtype), dtype)])
+
+
+def _format_of(vc: Mapping[str, Any], name: str) -> FloatFormat:
+    if "format" not in vc:
+        raise ValueError(f"value class {name!r} needs a format")
+    return FORMATS[vc["format"]]
+
+
+def _codes_values(fmt: FloatFormat) -> np.ndarray:
+    mags = fmt.finite_magnitudes
+    return np.concatenate([mags, -mags]) if fmt.signed else mags
+
+
+def _midpoint_values(fmt: FloatFormat) -> np.ndarray:
+    mags = fmt.finite_magnitudes
+    mids = (mags[:-1] + mags[1:]) / 2
+    extra = [mags[-1] + (mags[-1] - mags[-2]) / 2] if len(mags) > 1 else []  # the overflow boundary
+    mids = np.concatenate([mids, extra])
+    return np.concatenate([mids, -mids])
+
+
+# -- public ----------------------------------------------------------------------------------
+def values_to_bits(values: Any, dtype: str) -> np.ndarray:
+    """Bit patterns of ``values`` (nested lists or an array) in ``dtype``, rounded to nearest."""
+    d = get_dtype(dtype)
+    if d.kind == "float":
+        return _float_bits(np.asarray(values, dtype=np.float64), dtype)
+    return np.asarray(values).astype(d.carrier).view(d.bit_dtype)
+
+
+def boundary_pool(value_class: Mapping[str, Any], dtype: str) -> np.ndarray:
+    """Deterministic bit patterns of ``dtype`` for one (resolved) value class."""
+    name = value_class["class"]
+    d = get_dtype(dtype)
+    if d.kind != "float":
+        if name in ("all_codes", "wide"):
+            return np.arange(min(1 << d.bits, 1 << 16), dtype=np.uint64).astype(d.bit_dtype)
+        if name == "special":
+            return np.array([0, 1, (1 << d.bits) - 1, 1 << (d.bits - 1), (1 << (d.bits - 1)) - 1], dtype=d.bit_dtype)
+        return np.array([0, 1, 2, 3, 7], dtype=d.bit_dtype)
+    fmt = FORMATS.get(value_class.get("format", ""))
+    if name in ("normal", "zero_blocks", "outlier_blocks"):
+        scale = float(value_class.get("scale", 1.0))
+        values = np.array([0.0, 1.0, -1.0, 0.5, 1.5, -2.75, 3.0, 0.1, -0.3, 10.0, 100.0, -1000.0], dtype=np.float64)
+        return _float_bits(values * scale, dtype)
+    if name == "wide" or (name == "all_codes" and d.bits <= 16):
+        if d.bits <= 16:
+            return np.arange(1 << d.bits, dtype=np.uint32).astype(d.bit_dtype)
+        exp_bits, man_bits = _FLOAT_LAYOUT[dtype]
+        exponents = np.arange((1 << exp_bits) - 1, dtype=np.uint64) << np.uint64(man_bits)
+        patterns = np.concatenate([exponents, exponents | np.uint64(1 << (d.bits - 1)), exponents | np.uint64(1)])
+        return patterns.astype(d.bit_dtype)
+    if name == "special":
+        return _special_values(dtype, fmt)
+    if name == "codes":
+        return _float_bits(_codes_values(_format_of(value_class, name)), dtype)
+    if name == "midpoints":
+        return _with_neighbours(_float_bits(_midpoint_values(_format_of(value_class, name)), dtype), dtype)
+    raise ValueError(f"unknown value class {name!r}")
+
+
+def element_strategy(value_class: Mapping[str, Any], dtype: str) -> st.SearchStrategy[int]:
+    """Hypothesis strategy of single bit patterns (Python ints) for random cases."""
+    name = value_class["class"]
+    d = get_dtype(dtype)
+    pool = boundary_pool(value_class, dtype)
+    pooled = st.sampled_from([int(b) for b in np.unique(pool)[:4096]])
+    if name == "wide" or d.kind != "float":
+        return st.integers(0, (1 << d.bits) - 1) if d.kind != "bool" else st.integers(0, 1)
+    if name in ("normal", "zero_blocks", "outlier_blocks"):
+        scale = float(value_class.get("scale", 1.0))
+        floats = st.floats(-1e4 * scale, 1e4 * scale, width=32, allow_subnormal=False)
+        return floats.map(lambda v: int(_float_bits(np.array([v]), dtype)[0]))
+    return pooled
+
+
+def apply_block_class(
+    bits: np.ndarray, dtype: str, value_class: Mapping[str, Any], rng: np.random.Generator
+) -> np.ndarray:
+    """Zero whole blocks, or put one large outlier in each block, along the last axis."""
+    name = value_class["class"]
+    if name not in ("zero_blocks", "outlier_blocks") or bits.ndim == 0 or bits.shape[-1] == 0:
+        return bits
+    block = int(value_class.get("block", 32))
+    out = bits.copy()
+    width = out.shape[-1]
+    for start in range(0, width, block):
+        stop = min(start + block, width)
+        view = out[..., start:stop]
+        if name == "zero_blocks":
+            chosen = rng.random(view.shape[:-1]) < 0.5
+            view[chosen] = 0
+        else:
+            where = rng.integers(0, stop - start, size=view.shape[:-1])
+            outlier = _float_bits(np.array([1e4 * float(value_class.get("scale", 1.0))]), dtype)[0]
+            np.put_along_axis(view, where[..., None], outlier, axis=-1)
+    return out

@@ -1,0 +1,176 @@
+"""Run a backend in a child process that can crash or hang without taking the run down.
+
+``IsolatedBackend`` starts ``python`` (spawn) with the backend loaded, sends it one case
+at a time over a pipe and waits at most ``timeout`` seconds for the answer.  A backend
+that raises is reported as ``raised``; one that kills its process (a segfault, an abort,
+``os._exit``) as ``crash``; one that does not answer in time as ``timeout``.  After a
+crash or a timeout the child is killed and a fresh one is started on the next call.
+``InProcessBackend`` has the same interface without the isolation (``--isolation none``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any, Literal
+
+import numpy as np
+
+from conformance.backends import Backend, load_backend
+from conformance.errors import BackendError
+
+__all__ = ["CallOutcome", "InProcessBackend", "IsolatedBackend"]
+
+START_TIMEOUT_S = 300.0
+
+
+@dataclass
+class CallOutcome:
+    """What one backend call did."""
+
+    kind: Literal["ok", "raised", "crash", "timeout"]
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    exc_type: str = ""
+    exc_bases: tuple[str, ...] = ()
+    message: str = ""
+
+
+def _describe(backend: Backend) -> dict[str, Any]:
+    validating = {c for c in backend.contracts if (impl := backend.implementation(c)) and impl.validates_inputs}
+    return {"name": backend.name, "device": backend.device, "array_kind": backend.array_kind,
+            "info": dict(backend.info), "contracts": sorted(backend.contracts),
+            "validates_inputs": sorted(validating)}  # fmt: skip
+
+
+def _call(backend: Backend, request: Mapping[str, Any]) -> CallOutcome:
+    try:
+        outputs = backend.call(request["contract"], request["inputs"], request["dtypes"], request["params"])
+    except Exception as exc:  # a backend's own error is data for the report
+        message = f"{exc}\n{''.join(traceback.format_exception(exc)[-3:])}"
+        bases = tuple(c.__name__ for c in type(exc).__mro__)
+        return CallOutcome("raised", exc_type=type(exc).__name__, exc_bases=bases, message=message.strip())
+    return CallOutcome("ok", outputs)
+
+
+def _serve(backend_name: str, conn: Connection) -> None:
+    """Child process main loop."""
+    try:
+        backend = load_backend(backend_name)
+    except Exception as exc:
+        conn.send(("load_error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", _describe(backend)))
+    while True:
+        try:
+            kind, payload = conn.recv()
+        except EOFError:
+            return
+        if kind == "stop":
+            return
+        if kind == "supports":
+            conn.send(("ok", backend.unsupported_reason(payload["contract"], payload["params"])))
+        elif kind == "call":
+            conn.send(("ok", _call(backend, payload)))
+
+
+class InProcessBackend:
+    """A backend called directly in this process."""
+
+    def __init__(self, name: str, timeout: float = 0.0):
+        self.backend = load_backend(name)
+        self.description = _describe(self.backend)
+
+    def unsupported_reason(self, contract: str, params: Mapping[str, Any]) -> str | None:
+        return self.backend.unsupported_reason(contract, params)
+
+    def call(
+        self, contract: str, inputs: Mapping[str, np.ndarray], dtypes: Mapping[str, str], params: Mapping[str, Any]
+    ) -> CallOutcome:
+        return _call(self.backend, {"contract": contract, "inputs": inputs, "dtypes": dtypes, "params": params})
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class IsolatedBackend:
+    """A backend in a restartable child process; see the module docstring."""
+
+    def __init__(self, name: str, timeout: float = 60.0):
+        self.name = name
+        self.timeout = timeout
+        self.restarts = 0
+        self._process: multiprocessing.process.BaseProcess | None = None
+        self._conn: Connection | None = None
+        self.description: dict[str, Any] = self._start()
+
+    def _start(self) -> dict[str, Any]:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        process = ctx.Process(target=_serve, args=(self.name, child), daemon=True, name=f"qconform-{self.name}")
+        process.start()
+        child.close()
+        if not parent.poll(START_TIMEOUT_S):
+            process.kill()
+            raise BackendError(f"backend {self.name!r} did not start within {START_TIMEOUT_S:.0f} s")
+        try:
+            kind, payload = parent.recv()
+        except EOFError:
+            raise BackendError(f"backend {self.name!r} died while loading (exit code {process.exitcode})") from None
+        if kind != "ready":
+            process.join()
+            raise BackendError(f"cannot load backend {self.name!r}: {payload}")
+        self._process, self._conn = process, parent
+        return dict(payload)
+
+    def _kill(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.join(timeout=10)
+        if self._conn is not None:
+            self._conn.close()
+        self._process = self._conn = None
+
+    def _request(self, kind: str, payload: Mapping[str, Any], timeout: float) -> tuple[str, Any]:
+        if self._conn is None:
+            self.restarts += 1
+            self._start()
+        assert self._conn is not None and self._process is not None
+        try:
+            self._conn.send((kind, payload))
+            if not self._conn.poll(timeout):
+                self._kill()
+                return "timeout", f"no answer within {timeout:g} s; the worker was killed and restarted"
+            return "ok", self._conn.recv()[1]
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            self._process.join(timeout=10)
+            code = self._process.exitcode
+            self._kill()
+            return "crash", f"the backend process died (exit code {code}); restarted"
+
+    def unsupported_reason(self, contract: str, params: Mapping[str, Any]) -> str | None:
+        status, value = self._request("supports", {"contract": contract, "params": dict(params)}, START_TIMEOUT_S)
+        if status != "ok":
+            raise BackendError(f"backend {self.name!r} failed to answer whether it supports {contract}: {value}")
+        return None if value is None else str(value)
+
+    def call(
+        self, contract: str, inputs: Mapping[str, np.ndarray], dtypes: Mapping[str, str], params: Mapping[str, Any]
+    ) -> CallOutcome:
+        payload = {"contract": contract, "inputs": dict(inputs), "dtypes": dict(dtypes), "params": dict(params)}
+        status, value = self._request("call", payload, self.timeout)
+        if status == "ok":
+            assert isinstance(value, CallOutcome)
+            return value
+        return CallOutcome("timeout" if status == "timeout" else "crash", message=value)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(BrokenPipeError, OSError):
+                self._conn.send(("stop", None))
+            if self._process is not None:
+                self._process.join(timeout=10)
+        self._kill()

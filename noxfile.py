@@ -1,0 +1,110 @@
+# /// script
+# dependencies = ["nox>=2024.4.15"]
+# ///
+"""qconform's sessions: tests (CI), conformance (the main job), gpu, bench, lint.
+
+CI runs ``nox -s tests lint`` on CPU-only machines.  torch comes from ``QCONFORM_TORCH``
+(default ``torch==2.13.0+cpu``, the CPU build; pip must be able to see a CPU wheel, e.g.
+through a find-links or extra index in pip.conf).  The ``gpu`` and ``bench`` sessions use
+the Python that already holds CUDA torch and Triton (``--no-venv``-style sessions), since
+those wheels are too large to reinstall per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import nox
+
+nox.needs_version = ">=2024.4.15"
+nox.options.sessions = ["tests", "lint"]
+nox.options.reuse_existing_virtualenvs = True
+
+TORCH = os.environ.get("QCONFORM_TORCH", "torch==2.13.0+cpu")
+REPORTS = "reports"
+
+
+def _install(session: nox.Session, *extras: str) -> None:
+    session.install(TORCH)
+    session.install("-e", f".[{','.join(extras)}]" if extras else ".")
+
+
+def _print_environment(session: nox.Session) -> None:
+    session.run("python", "-c", "from conformance.environment import fingerprint; import json; "
+                "print(json.dumps(fingerprint(), indent=1))")  # fmt: skip
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Unit, property, meta and conformance tests on CPU (Triton kernels in the interpreter)."""
+    _install(session, "test", "cuda")
+    _print_environment(session)
+    session.run(
+        "pytest",
+        "-m",
+        "not gpu and not slow and not bench",
+        "--qconform-backend",
+        "fast",
+        "--junitxml",
+        f"{REPORTS}/pytest-junit.xml",
+        *session.posargs,
+    )
+
+
+def _conformance_args(session: nox.Session) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="nox -s conformance --")
+    parser.add_argument("--backend", action="append", help="repeatable; default: fast and torch")
+    parser.add_argument("--spec", default="*")
+    parser.add_argument("--profile", default="default", choices=["smoke", "default", "thorough"])
+    parser.add_argument("--seed", default="0")
+    return parser.parse_args(session.posargs)
+
+
+def _run_conformance(session: nox.Session, args: argparse.Namespace) -> None:
+    for backend in args.backend or ["fast", "torch"]:
+        report = f"{REPORTS}/{backend.replace(':', '_')}"
+        # qconform exits 1 when a backend is non-conformant: that is a finding, recorded in the
+        # report; only qconform's own backend must conform for the session to pass.
+        codes = [0] if backend.startswith("fast") else [0, 1]
+        session.run("qconform", "run", "--backend", backend, "--spec", args.spec, "--profile", args.profile,
+                    "--seed", args.seed, "--report", report, success_codes=codes)  # fmt: skip
+        session.log(f"reports in {report}/: report.json, report.md, junit.xml")
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """The main job: every spec against the default backends (fast, torch), writing reports.
+
+    Pass options after ``--``: ``--backend NAME`` (repeatable), ``--spec GLOB``, ``--profile P``, ``--seed S``.
+    """
+    args = _conformance_args(session)
+    _install(session, "cuda")
+    _print_environment(session)
+    _run_conformance(session, args)
+
+
+@nox.session(venv_backend="none")
+def gpu(session: nox.Session) -> None:
+    """On a CUDA machine, in its own Python: conformance of fast and torch, GPU tests, benchmarks."""
+    args = _conformance_args(session)
+    _print_environment(session)
+    _run_conformance(session, args)
+    session.run("python", "-m", "pytest", "-m", "gpu", "tests/gpu", "-q", "--junitxml", f"{REPORTS}/gpu-junit.xml")
+    bench(session)
+
+
+@nox.session(venv_backend="none")
+def bench(session: nox.Session) -> None:
+    """Benchmarks (pytest-benchmark; GPU kernels timed with CUDA events), JSON in reports/."""
+    session.run("python", "-m", "pytest", "tests/bench", "-m", "bench", "--benchmark-enable",
+                f"--benchmark-json={REPORTS}/bench.json", *session.posargs)  # fmt: skip
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff (lint and format) over the tree; mypy over the engine."""
+    _install(session, "lint")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy", "conformance")

@@ -1,0 +1,91 @@
+"""The comparator: bits, not values."""
+
+import numpy as np
+import pytest
+
+from conformance.compare import compare_outputs
+
+CODES = {"codes": {"dtype": "uint8", "format": "$format", "shape": "x.shape", "compare": {"kind": "bitwise"}}}
+PARAMS = {"format": "float8_e4m3fn"}
+
+
+def _compare(outputs, ref, got, dtypes=None, params=PARAMS):
+    dtypes = dtypes or {name: decl["dtype"] for name, decl in outputs.items()}
+    return compare_outputs(outputs, dtypes, params, ref, got)
+
+
+def test_identical_bits_pass():
+    ref = {"codes": np.array([0x00, 0x80, 0x7F], dtype=np.uint8)}
+    assert _compare(CODES, ref, {"codes": ref["codes"].copy()}) == []
+
+
+def test_negative_zero_differs_from_positive_zero_and_index_is_reported():
+    ref = {"codes": np.array([[1, 2], [3, 0x80]], dtype=np.uint8)}
+    got = {"codes": np.array([[1, 2], [3, 0x00]], dtype=np.uint8)}
+    (mismatch,) = _compare(CODES, ref, got)
+    assert mismatch.count == 1
+    assert mismatch.elements[0]["index"] == [1, 1]
+    assert mismatch.message.startswith("codes[1, 1]=0x00 (0.0), but reference gives 0x80 (-0.0)")
+
+
+def test_nan_codes_differ_under_bitwise_but_not_under_nan_equal():
+    ref = {"codes": np.array([0x7F], dtype=np.uint8)}
+    got = {"codes": np.array([0xFF], dtype=np.uint8)}
+    assert len(_compare(CODES, ref, got)) == 1
+    nan_equal = {"codes": {**CODES["codes"], "compare": {"kind": "nan_equal"}}}
+    assert _compare(nan_equal, ref, got) == []
+
+
+def test_nan_equal_on_float32_ignores_payload_but_not_values():
+    outputs = {"values": {"dtype": "float32", "shape": "x.shape", "compare": {"kind": "nan_equal"}}}
+    ref = {"values": np.array([0x7FC00000, 0x3F800000], dtype=np.uint32)}
+    assert (
+        _compare(outputs, ref, {"values": np.array([0x7FF00000, 0x3F800000], dtype=np.uint32).view(np.float32)}) == []
+    )
+    (m,) = _compare(outputs, ref, {"values": np.array([np.nan, 1.0000001], dtype=np.float32)})
+    assert m.elements[0]["index"] == [1]
+
+
+def test_ulp_and_close_tolerances():
+    one = np.float32(1.0)
+    ref = {"y": np.array([one, one], dtype=np.float32).view(np.uint32)}
+    near = np.array([one, np.nextafter(np.nextafter(one, np.float32(2)), np.float32(2))], dtype=np.float32)
+    ulp1 = {"y": {"dtype": "float32", "shape": "x.shape", "compare": {"kind": "ulp", "max_ulp": 1, "why": "t"}}}
+    ulp2 = {"y": {"dtype": "float32", "shape": "x.shape", "compare": {"kind": "ulp", "max_ulp": 2, "why": "t"}}}
+    assert len(_compare(ulp1, ref, {"y": near})) == 1
+    assert _compare(ulp2, ref, {"y": near}) == []
+    close = {
+        "y": {"dtype": "float32", "shape": "x.shape", "compare": {"kind": "close", "atol": 0, "rtol": 1e-6, "why": "t"}}
+    }
+    assert _compare(close, ref, {"y": near}) == []
+    assert len(_compare(close, ref, {"y": np.array([1.0, 1.001], dtype=np.float32)})) == 1
+
+
+def test_dont_care_mask_excludes_padding():
+    outputs = {"s": {"dtype": "uint8", "shape": "x.shape", "compare": {"kind": "bitwise", "dont_care": "s_padding"}}}
+    ref = {"s": np.array([1, 2, 0], dtype=np.uint8), "s_padding": np.array([False, False, True])}
+    assert _compare(outputs, ref, {"s": np.array([1, 2, 99], dtype=np.uint8)}) == []
+    assert len(_compare(outputs, ref, {"s": np.array([1, 3, 99], dtype=np.uint8)})) == 1
+
+
+@pytest.mark.parametrize(
+    ("got", "expected"),
+    [
+        ({"codes": np.zeros(3, dtype=np.int32)}, "codes: got dtype int32, expected uint8"),
+        ({"codes": np.zeros(2, dtype=np.uint8)}, "codes: shape (2,), but reference gives (3,)"),
+        ({"other": np.zeros(3, dtype=np.uint8)}, "codes: missing from the backend's outputs"),
+    ],
+)
+def test_wrong_containers_are_reported_plainly(got, expected):
+    ref = {"codes": np.zeros(3, dtype=np.uint8)}
+    (mismatch,) = _compare(CODES, ref, got)
+    assert mismatch.message.startswith(expected)
+
+
+def test_bfloat16_output_accepts_exact_float32_or_bits_and_rejects_inexact():
+    outputs = {"y": {"dtype": "bfloat16", "shape": "x.shape", "compare": {"kind": "bitwise"}}}
+    ref = {"y": np.array([0x3F80], dtype=np.uint16)}
+    assert _compare(outputs, ref, {"y": np.array([1.0], dtype=np.float32)}) == []
+    assert _compare(outputs, ref, {"y": np.array([0x3F80], dtype=np.uint16)}) == []
+    (m,) = _compare(outputs, ref, {"y": np.array([1.0000001], dtype=np.float32)})
+    assert "not bfloat16 values" in m.message

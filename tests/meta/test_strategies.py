@@ -1,0 +1,60 @@
+"""Strategies and value classes stay inside the spec's domain and reach its boundaries."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conformance.carriers import bits_to_carrier
+from conformance.registry import load_specs
+from conformance.strategies import boundary_cases, case_strategy
+from conformance.values import boundary_pool
+
+(INTERLEAVE,) = load_specs("glu.interleave")
+(CAST,) = load_specs("cast.fp8")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_random_cases_honour_dims_params_and_dtypes(data):
+    case = data.draw(case_strategy(INTERLEAVE, {}))
+    k = case.params["block_size"]
+    w = case.inputs["w"]
+    assert 1 <= k <= 8
+    assert w.dtype in ("float32", "bfloat16", "float16", "uint8")
+    assert w.shape[0] % (2 * k) == 0 and w.shape[0] <= 48
+    assert 1 <= len(w.shape) <= 3 and all(1 <= d <= 5 for d in w.shape[1:])
+
+
+def test_boundary_cases_include_empty_and_range_extremes():
+    cases = list(boundary_cases(INTERLEAVE, {}))
+    assert {c.params["block_size"] for c in cases} == {1, 4, 8}
+    assert any(c.inputs["w"].shape[0] == 0 for c in cases)
+    assert all(c.inputs["w"].shape[0] % (2 * c.params["block_size"]) == 0 for c in cases)
+
+
+def test_midpoint_pool_holds_every_e4m3_midpoint_and_its_float32_neighbours():
+    pool = bits_to_carrier(boundary_pool({"class": "midpoints", "format": "float8_e4m3fn"}, "float32"), "float32")
+    for v in (464.0, 0.0009765625, 1.0625):
+        assert v in pool and -v in pool
+        assert np.nextafter(np.float32(v), np.float32(0)) in pool
+        assert np.nextafter(np.float32(v), np.float32(np.inf)) in pool
+
+
+def test_special_pool_has_signed_zeros_infinities_nans_and_format_landmarks():
+    bits = boundary_pool({"class": "special", "format": "float8_e5m2"}, "float32")
+    values = bits_to_carrier(bits, "float32")
+    assert {0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x00000001} <= set(bits.tolist())
+    assert np.isnan(values).sum() >= 4
+    assert 57344.0 in values and 61440.0 in values  # max and max + half-ulp (the overflow boundary)
+
+
+def test_sixteen_bit_wide_pools_are_exhaustive():
+    for dtype in ("bfloat16", "float16"):
+        assert np.array_equal(np.sort(boundary_pool({"class": "wide"}, dtype)), np.arange(1 << 16))
+
+
+def test_elementwise_boundary_cases_cover_each_dtype_and_class():
+    labels = {c.label for c in boundary_cases(CAST, CAST.with_defaults({}))}
+    for dtype in ("float32", "bfloat16", "float16"):
+        for cls in ("normal", "wide", "special", "codes", "midpoints"):
+            assert f"boundary:{cls}/{dtype}" in labels
