@@ -10,6 +10,7 @@ invalid spec.
 
 from __future__ import annotations
 
+import builtins
 import fnmatch
 import functools
 import hashlib
@@ -26,7 +27,7 @@ import yaml
 
 from conformance.carriers import DTYPES
 from conformance.errors import SpecError
-from conformance.expr import check_expression
+from conformance.expr import check_expression, evaluate
 from reference.formats import FORMATS
 
 __all__ = ["Param", "Spec", "default_spec_dir", "load_spec", "load_specs"]
@@ -87,6 +88,12 @@ class Spec:
         return self.contract.split(".")[1]
 
     @property
+    def function_name(self) -> str:
+        """Name of the implementing function: the operation, with a trailing underscore where
+        it would shadow a Python builtin (PEP 8), e.g. ``cast.int`` -> ``int_``."""
+        return f"{self.operation}_" if hasattr(builtins, self.operation) else self.operation
+
+    @property
     def elementwise(self) -> bool:
         return bool(self.raw.get("elementwise", False))
 
@@ -102,6 +109,10 @@ class Spec:
     @property
     def inputs(self) -> Mapping[str, Mapping[str, Any]]:
         return self.raw["inputs"]
+
+    def active_inputs(self, params: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+        """The inputs that exist for ``params`` (those whose ``when`` holds, or has none)."""
+        return {n: d for n, d in self.inputs.items() if "when" not in d or bool(evaluate(d["when"], params))}
 
     @property
     def outputs(self) -> Mapping[str, Mapping[str, Any]]:
@@ -139,9 +150,9 @@ class Spec:
         return input_dtypes[dtype.removesuffix(".dtype")] if dtype.endswith(".dtype") else dtype
 
     def reference_function(self) -> Callable[..., Mapping[str, Any]]:
-        """``reference.<family>.<operation>``: the contract's NumPy reference."""
+        """``reference.<family>.<function_name>``: the contract's NumPy reference."""
         module = importlib.import_module(f"reference.{self.family}")
-        function: Callable[..., Mapping[str, Any]] = getattr(module, self.operation)
+        function: Callable[..., Mapping[str, Any]] = getattr(module, self.function_name)
         return function
 
 
@@ -221,6 +232,8 @@ def _check_semantics(path: Path, tree: yaml.Node, raw: Mapping[str, Any]) -> Non
     for i, c in enumerate(raw.get("constraints") or []):
         _check_expr(path, tree, ["constraints", i], c, known)
     for name, spec in raw["inputs"].items():
+        if "when" in spec:
+            _check_expr(path, tree, ["inputs", name, "when"], spec["when"], set(params))
         for i, entry in enumerate(spec["shape"]):
             dim = str(entry).lstrip("*")
             if isinstance(entry, str) and dim not in dims:

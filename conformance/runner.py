@@ -140,20 +140,16 @@ class Runner:
 
     def _minimize(self, spec: Spec, case: Case, failure: Evaluation) -> tuple[Case, Evaluation]:
         """For an elementwise contract, keep only the first offending elements (if they still fail)."""
-        if not (spec.elementwise and len(case.inputs) == 1 and failure.mismatches and failure.mismatches[0].elements):
+        if not (spec.elementwise and failure.mismatches and failure.mismatches[0].elements):
             return case, failure
-        ((name, tensor),) = case.inputs.items()
-        shape = tensor.shape
+        shape = next(iter(case.inputs.values())).shape
+        if any(t.shape != shape for t in case.inputs.values()):
+            return case, failure
         flat = [
             int(np.ravel_multi_index(tuple(e["index"]), shape)) if shape else 0 for e in failure.mismatches[0].elements
         ]
-        smaller = Case(
-            case.contract,
-            case.params,
-            {name: TensorBits(tensor.dtype, tensor.bits.reshape(-1)[flat])},
-            f"{case.label} (minimized)",
-            tuple(flat),
-        )
+        inputs = {name: TensorBits(t.dtype, t.bits.reshape(-1)[flat]) for name, t in case.inputs.items()}
+        smaller = Case(case.contract, case.params, inputs, f"{case.label} (minimized)", tuple(flat))
         again = self.evaluate(spec, smaller)
         return (smaller, again) if again.status == "fail" else (case, failure)
 

@@ -64,7 +64,7 @@ def _scalar_scope(params: Mapping[str, Any], dims: Mapping[str, Any]) -> dict[st
 
 def _constraints_hold(spec: Spec, params: Mapping[str, Any], dims: Mapping[str, Any]) -> bool:
     scope = _scalar_scope(params, dims)
-    shapes = {name: shape_of(spec, name, dims) for name in spec.inputs}
+    shapes = {name: shape_of(spec, name, dims) for name in spec.active_inputs(params)}
     return all(bool(evaluate(c, scope, shapes)) for c in spec.constraints)
 
 
@@ -102,7 +102,7 @@ def case_strategy(spec: Spec, fixed: Mapping[str, Any]) -> st.SearchStrategy[Cas
         dims = draw(_dims(spec, params))
         assume(_constraints_hold(spec, params, dims))
         inputs = {}
-        for name, decl in spec.inputs.items():
+        for name, decl in spec.active_inputs(params).items():
             dtype = draw(st.sampled_from(decl["dtypes"]), label=f"{name}.dtype")
             classes = [resolve_class(vc, params) for vc in decl["values"]]
             elements = st.one_of([element_strategy(vc, dtype) for vc in classes])
@@ -139,35 +139,54 @@ def _boundary_dims(spec: Spec, params: Mapping[str, Any]) -> list[dict[str, Any]
     return picks
 
 
+def _companion(
+    spec: Spec, name: str, params: Mapping[str, Any], dtype: str, shape: tuple[int, ...], label: str
+) -> TensorBits:
+    """A non-leading input of a boundary case: its first value class, seeded, of ``shape``."""
+    vc = resolve_class(spec.inputs[name]["values"][0], params)
+    rng = _seeded_rng(spec.contract, label, name, shape)
+    pool = boundary_pool(vc, dtype)
+    if vc["class"] == "wide" and get_dtype(dtype).kind in ("int", "uint"):
+        bits = get_dtype(dtype).bits
+        array = rng.integers(0, 1 << bits, size=shape, dtype=np.uint64).astype(get_dtype(dtype).bit_dtype)
+    else:
+        array = rng.permutation(np.resize(pool, int(np.prod(shape)))).reshape(shape)
+    return TensorBits(dtype, array)
+
+
 def boundary_cases(spec: Spec, fixed: Mapping[str, Any]) -> Iterator[Case]:
-    """Deterministic cases, run before any random one."""
+    """Deterministic cases, run before any random one.
+
+    The leading input runs through every value class of every dtype; other inputs get
+    deterministic companions (their first value class, seeded from the case label).
+    """
     range_params = [p for p in spec.params.values() if not p.finite]
     for combo in itertools.product(*(p.boundary_values() for p in range_params)):
-        params = {**fixed, **dict(zip((p.name for p in range_params), combo, strict=False))}
-        first_input = next(iter(spec.inputs))
-        for dtype in spec.inputs[first_input]["dtypes"]:
-            classes = [resolve_class(vc, params) for vc in spec.inputs[first_input]["values"]]
-            for vc in classes:
+        params = {**fixed, **dict(zip((p.name for p in range_params), combo, strict=True))}
+        active = spec.active_inputs(params)
+        first_input = next(iter(active))
+        for dtype in active[first_input]["dtypes"]:
+            for vc in [resolve_class(v, params) for v in active[first_input]["values"]]:
                 label = f"boundary:{vc['class']}/{dtype}"
-                if spec.elementwise and len(spec.inputs) == 1:
+                if spec.elementwise:
                     pool = boundary_pool(vc, dtype)
-                    yield Case(spec.contract, params, {first_input: TensorBits(dtype, pool)}, label)
+                    inputs = {first_input: TensorBits(dtype, pool)}
+                    for name, decl in list(active.items())[1:]:
+                        inputs[name] = _companion(spec, name, params, decl["dtypes"][0], pool.shape, label)
+                    yield Case(spec.contract, params, inputs, label)
                     continue
                 for dims in _boundary_dims(spec, params):
-                    inputs = {}
-                    for name, decl in spec.inputs.items():
+                    shape = shape_of(spec, first_input, dims)
+                    if int(np.prod(shape)) > BOUNDARY_MAX_NUMEL:
+                        continue
+                    pool = boundary_pool(vc, dtype)
+                    array = np.resize(pool, int(np.prod(shape))).reshape(shape)
+                    array = apply_block_class(array, dtype, vc, _seeded_rng(spec.contract, label, dims))
+                    inputs = {first_input: TensorBits(dtype, array)}
+                    for name, decl in list(active.items())[1:]:
                         dt = dtype if dtype in decl["dtypes"] else decl["dtypes"][0]
-                        resolved = vc if name == first_input else resolve_class(decl["values"][0], params)
-                        pool = boundary_pool(resolved, dt)
-                        shape = shape_of(spec, name, dims)
-                        numel = int(np.prod(shape))
-                        if numel > BOUNDARY_MAX_NUMEL:
-                            break
-                        array = np.resize(pool, numel).reshape(shape)
-                        array = apply_block_class(array, dt, resolved, _seeded_rng(spec.contract, label, dims))
-                        inputs[name] = TensorBits(dt, array)
-                    else:
-                        yield Case(spec.contract, params, inputs, f"{label}/{_dims_label(dims)}")
+                        inputs[name] = _companion(spec, name, params, dt, shape_of(spec, name, dims), label)
+                    yield Case(spec.contract, params, inputs, f"{label}/{_dims_label(dims)}")
 
 
 def _dims_label(dims: Mapping[str, Any]) -> str:

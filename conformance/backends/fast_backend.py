@@ -4,7 +4,7 @@
 torch ops otherwise) and on the CPU torch paths elsewhere.  ``fast-triton`` forces the
 Triton kernels; without a GPU they run in Triton's interpreter (``TRITON_INTERPRET=1``,
 slow: small shapes only), which is how CI checks kernel code on CPU machines.
-Each contract resolves by name to ``fast.<family>.<operation>``.
+Each contract resolves by name to ``fast.<family>.<operation>`` (``Spec.function_name``).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ def _build(name: str) -> Backend:
             module = importlib.import_module(f"fast.{spec.family}")
         except ModuleNotFoundError:
             continue
-        if hasattr(module, spec.operation):
-            contracts[spec.contract] = getattr(module, spec.operation)
+        if hasattr(module, spec.function_name):
+            contracts[spec.contract] = getattr(module, spec.function_name)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     info = {"torch": torch.__version__, "path": os.environ.get("QCONFORM_FAST_PATH", "auto")}
     try:
