@@ -19,7 +19,7 @@ import numpy as np
 from conformance.backends import available_backends
 from conformance.case import Case, decode_token
 from conformance.errors import BackendError, QConformError
-from conformance.registry import load_specs
+from conformance.registry import PROFILES, load_specs
 from conformance.report import build_report, write_reports
 from conformance.runner import Runner
 from conformance.worker import InProcessBackend, IsolatedBackend
@@ -39,7 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run specs against a backend and write reports")
     run.add_argument("--backend", default="fast", help="registered name or module:attr (default: fast)")
     run.add_argument("--spec", default="*", help="glob over contract ids, e.g. 'cast.*' (default: all)")
-    run.add_argument("--profile", default="default", choices=["smoke", "default", "thorough"])
+    sweep_help = "random cases per row; 'exhaustive' also sweeps all 2^32 float32 inputs of each cast"
+    run.add_argument("--profile", default="default", choices=PROFILES, help=sweep_help)
     run.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0: runs are reproducible)")
     run.add_argument("--report", type=Path, help="directory for report.json, report.md and junit.xml")
     run.add_argument("--timeout", type=float, default=120.0, help="seconds one backend call may take")

@@ -33,6 +33,7 @@ from reference.formats import FORMATS
 __all__ = ["Param", "Spec", "default_spec_dir", "load_spec", "load_specs"]
 
 PROFILE_DEFAULTS = {"smoke": 20, "default": 200, "thorough": 2000}
+PROFILES = (*PROFILE_DEFAULTS, "exhaustive")
 _SCHEMA_PATH = Path(__file__).parent / "schemas" / "spec.schema.json"
 
 
@@ -127,6 +128,8 @@ class Spec:
         return self.raw.get("constraints") or []
 
     def examples_for(self, profile: str) -> int:
+        """Random cases per row; ``exhaustive`` runs the ``thorough`` count beside its sweep."""
+        profile = "thorough" if profile == "exhaustive" else profile
         return int((self.raw.get("profiles") or {}).get(profile, PROFILE_DEFAULTS[profile]))
 
     def param_combinations(self) -> list[dict[str, Any]]:

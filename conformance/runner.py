@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 
+from conformance import exhaustive
 from conformance.carriers import carrier_to_bits
 from conformance.case import Case, TensorBits
 from conformance.compare import Mismatch, compare_outputs
@@ -42,6 +43,9 @@ class BackendHandle(Protocol):
     description: dict[str, Any]
 
     def unsupported_reason(self, contract: str, params: Mapping[str, Any]) -> str | None: ...
+    def sweep_chunk(
+        self, contract: str, params: Mapping[str, Any], start: int, count: int, shm_name: str
+    ) -> str | None: ...
     def call(
         self, contract: str, inputs: Mapping[str, np.ndarray], dtypes: Mapping[str, str], params: Mapping[str, Any]
     ) -> CallOutcome: ...
@@ -101,7 +105,9 @@ class Runner:
         profile: str = "smoke",
         seed: int = 0,
         progress: Callable[[str], None] | None = None,
+        quiet_sweep: bool = False,
     ):
+        self.quiet_sweep = quiet_sweep
         self.handle = handle
         self.profile = profile
         self.seed = seed
@@ -183,8 +189,25 @@ class Runner:
                 break
         else:
             self._random_cases(spec, combo, result)
+            if self.profile == "exhaustive" and result.status == "pass" and exhaustive.eligible(spec):
+                self._sweep(spec, combo, result)
         result.duration_s = time.perf_counter() - start
         return result
+
+    def _sweep(self, spec: Spec, combo: Mapping[str, Any], result: ComboResult) -> None:
+        params = spec.with_defaults(combo)
+        self.progress(f"sweeping all float32 inputs of {combo_id(spec.contract, combo)}")
+        _, case, message = exhaustive.sweep(
+            spec,
+            params,
+            lambda start, n, shm: self.handle.sweep_chunk(spec.contract, params, start, n, shm),
+            progress=None if self.quiet_sweep else exhaustive.stderr_progress,
+        )
+        result.cases += exhaustive.TOTAL
+        if case is not None or message.startswith("backend error"):
+            status = "fail" if case is not None else "error"
+            evaluation = self.evaluate(spec, case) if case is not None else Evaluation(status, message)
+            self._record(result, case, Evaluation(status, f"{message}; {evaluation.message}", evaluation.mismatches))
 
     def _deterministic_cases(self, spec: Spec, combo: Mapping[str, Any]) -> Iterable[Case]:
         for example in spec.raw.get("examples") or []:
@@ -254,7 +277,7 @@ class Runner:
             self._record(result, *self._minimize(spec, *state["failure"]))
 
     @staticmethod
-    def _record(result: ComboResult, case: Case, evaluation: Evaluation) -> None:
+    def _record(result: ComboResult, case: Case | None, evaluation: Evaluation) -> None:
         result.status, result.message = evaluation.status, evaluation.message
         result.case, result.mismatches = case, evaluation.mismatches
 

@@ -56,6 +56,25 @@ def _call(backend: Backend, request: Mapping[str, Any]) -> CallOutcome:
     return CallOutcome("ok", outputs)
 
 
+def _sweep_chunk(backend: Backend, request: Mapping[str, Any]) -> str | None:
+    """Run one exhaustive-sweep chunk; outputs go to shared memory. Returns an error or None."""
+    from conformance.exhaustive import sweep_inputs, write_outputs
+    from conformance.registry import load_specs
+
+    (spec,) = load_specs(request["contract"])
+    inputs = sweep_inputs(spec, request["params"], request["start"], request["count"])
+    dtypes = {n: t.dtype for n, t in inputs.items()}
+    outcome = _call(backend, {"contract": spec.contract, "inputs": {n: t.carrier() for n, t in inputs.items()},
+                              "dtypes": dtypes, "params": request["params"]})  # fmt: skip
+    if outcome.kind != "ok":
+        return f"{outcome.exc_type}: {outcome.message}"
+    try:
+        write_outputs(request["shm_name"], spec, dtypes, outcome.outputs)
+    except (TypeError, KeyError, ValueError) as exc:
+        return f"bad outputs: {exc}"
+    return None
+
+
 def _serve(backend_name: str, conn: Connection) -> None:
     """Child process main loop."""
     try:
@@ -75,6 +94,8 @@ def _serve(backend_name: str, conn: Connection) -> None:
             conn.send(("ok", backend.unsupported_reason(payload["contract"], payload["params"])))
         elif kind == "call":
             conn.send(("ok", _call(backend, payload)))
+        elif kind == "sweep":
+            conn.send(("ok", _sweep_chunk(backend, payload)))
 
 
 class InProcessBackend:
@@ -91,6 +112,12 @@ class InProcessBackend:
         self, contract: str, inputs: Mapping[str, np.ndarray], dtypes: Mapping[str, str], params: Mapping[str, Any]
     ) -> CallOutcome:
         return _call(self.backend, {"contract": contract, "inputs": inputs, "dtypes": dtypes, "params": params})
+
+    def sweep_chunk(
+        self, contract: str, params: Mapping[str, Any], start: int, count: int, shm_name: str
+    ) -> str | None:
+        request = {"contract": contract, "params": dict(params), "start": start, "count": count, "shm_name": shm_name}
+        return _sweep_chunk(self.backend, request)
 
     def close(self) -> None:
         """Nothing to release."""
@@ -166,6 +193,14 @@ class IsolatedBackend:
             assert isinstance(value, CallOutcome)
             return value
         return CallOutcome("timeout" if status == "timeout" else "crash", message=value)
+
+    def sweep_chunk(
+        self, contract: str, params: Mapping[str, Any], start: int, count: int, shm_name: str
+    ) -> str | None:
+        """One exhaustive-sweep chunk in the worker (outputs to shared memory); an error or None."""
+        request = {"contract": contract, "params": dict(params), "start": start, "count": count, "shm_name": shm_name}
+        status, value = self._request("sweep", request, self.timeout)
+        return (None if value is None else str(value)) if status == "ok" else f"{status}: {value}"
 
     def close(self) -> None:
         if self._conn is not None:
