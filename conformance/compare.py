@@ -7,6 +7,11 @@ Kinds (a spec's ``outputs.<name>.compare.kind``):
   don't-care); NaN-ness comes from the output dtype, or from ``format`` for code outputs;
 - ``ulp``: floats within ``max_ulp`` units in the last place (NaN equals NaN, Inf exact);
 - ``close``: ``|got - ref| <= atol + rtol * |ref|`` in float64 (NaN equals NaN).
+- ``stochastic``: the output holds R independent draws along its first axis; the reference
+  names the two admissible results per element (``lower``, ``upper``) and the probability of
+  ``upper`` (``p_upper``).  Every draw must be one of the two, and the number of ``upper``
+  draws must lie within ``z`` standard deviations of ``R * p_upper`` (binomial), so the
+  rounding is unbiased within that bound.  The reference's own draws are not compared.
 
 ``dont_care`` names a boolean output of the reference that masks elements out (padding).
 Equality is checked vectorised first; the per-element report is built only on failure.
@@ -101,6 +106,9 @@ def compare_outputs(
             problems.append(Mismatch(name, f"{name}: shape {got_bits.shape}, but reference gives {ref_bits.shape}"))
             continue
         rule = decl["compare"]
+        if rule["kind"] == "stochastic":
+            problems += _stochastic(name, rule, reference, got_bits, dtype, fmt)
+            continue
         equal = _equal(rule, ref_bits, got_bits, dtype, fmt)
         if "dont_care" in rule:
             equal |= np.asarray(reference[rule["dont_care"]], dtype=bool)
@@ -126,6 +134,39 @@ def _equal(rule: Mapping[str, Any], ref: np.ndarray, got: np.ndarray, dtype: str
             close = np.abs(g - r) <= float(rule["atol"]) + float(rule["rtol"]) * np.abs(r)
         return same | both_nan | close
     raise ValueError(f"unknown compare kind {kind!r}")
+
+
+def _stochastic(
+    name: str,
+    rule: Mapping[str, Any],
+    reference: Mapping[str, np.ndarray],
+    got: np.ndarray,
+    dtype: str,
+    fmt: str | None,
+) -> list[Mismatch]:
+    lower = np.asarray(reference[rule["lower"]]).astype(got.dtype)
+    upper = np.asarray(reference[rule["upper"]]).astype(got.dtype)
+    p = np.asarray(reference[rule["p_upper"]], dtype=np.float64)
+    admissible = (got == lower) | (got == upper)
+    if not admissible.all():
+        bad = _describe(name, dtype, fmt, np.broadcast_to(lower, got.shape), got, admissible)
+        bad.message = (
+            f"{bad.message.split(', but reference')[0]}, which is neither neighbour; {bad.count} draws are not"
+        )
+        return [bad]
+    draws = got.shape[0]
+    ups = np.sum((got == upper) & (upper != lower), axis=0)
+    expected = draws * np.where(upper != lower, p, 0.0)
+    bound = float(rule["z"]) * np.sqrt(draws * p * (1 - p)) + 1.0
+    biased = np.abs(ups - expected) > bound
+    if not biased.any():
+        return []
+    index = tuple(int(k) for k in np.argwhere(biased)[0])
+    message = (
+        f"{name}{list(index)}: {int(ups[index])} of {draws} draws rounded up, but p_upper={float(p[index]):.6g} "
+        f"expects {float(expected[index]):.1f} ± {float(bound[index]):.1f}; {int(biased.sum())} elements are biased"
+    )
+    return [Mismatch(name, message, int(biased.sum()), int(biased.size))]
 
 
 def _describe(name: str, dtype: str, fmt: str | None, ref: np.ndarray, got: np.ndarray, equal: np.ndarray) -> Mismatch:

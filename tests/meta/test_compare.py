@@ -89,3 +89,35 @@ def test_bfloat16_output_accepts_exact_float32_or_bits_and_rejects_inexact():
     assert _compare(outputs, ref, {"y": np.array([0x3F80], dtype=np.uint16)}) == []
     (m,) = _compare(outputs, ref, {"y": np.array([1.0000001], dtype=np.float32)})
     assert "not bfloat16 values" in m.message
+
+
+STOCHASTIC = {
+    "codes": {
+        "dtype": "uint8",
+        "shape": "x.shape",
+        "compare": {"kind": "stochastic", "lower": "lo", "upper": "hi", "p_upper": "p", "z": 5, "why": "t"},
+    }
+}
+
+
+def _stochastic_reference(p_up: float, n: int = 3) -> dict:
+    return {
+        "codes": np.zeros((1000, n), dtype=np.uint8),
+        "lo": np.full(n, 10, dtype=np.uint8),
+        "hi": np.full(n, 11, dtype=np.uint8),
+        "p": np.full(n, p_up),
+    }
+
+
+def test_stochastic_accepts_unbiased_draws_and_rejects_bias_and_strangers():
+    rng = np.random.default_rng(0)
+    ref = _stochastic_reference(0.25)
+    fair = np.where(rng.random((1000, 3)) < 0.25, 11, 10).astype(np.uint8)
+    assert _compare(STOCHASTIC, ref, {"codes": fair}) == []
+    biased = np.where(rng.random((1000, 3)) < 0.35, 11, 10).astype(np.uint8)
+    (m,) = _compare(STOCHASTIC, ref, {"codes": biased})
+    assert "draws rounded up, but p_upper=0.25" in m.message
+    stranger = fair.copy()
+    stranger[5, 1] = 12
+    (m,) = _compare(STOCHASTIC, ref, {"codes": stranger})
+    assert "codes[5, 1]=0x0c" in m.message and "neither neighbour" in m.message
