@@ -20,7 +20,7 @@ import numpy as np
 import reference.cast
 import reference.decode
 import reference.glu
-from conformance.backends import Backend
+from conformance.backends import Backend, Implementation
 from reference.formats import get_format
 
 __all__ = [
@@ -35,13 +35,17 @@ __all__ = [
 ]
 
 
+def _rne_only(params: Mapping[str, Any]) -> str | None:
+    return None if params["rounding"] == "rne" else "planted bugs are round-to-nearest-even only"
+
+
 def _cast_backend(name: str, cast: Callable[..., dict[str, np.ndarray]]) -> Backend:
-    return Backend(name=name, device="cpu", array_kind="numpy", contracts={"cast.fp8": cast})
+    return Backend(name=name, device="cpu", array_kind="numpy", contracts={"cast.fp8": Implementation(cast, _rne_only)})
 
 
-def _ties_away(x: np.ndarray, *, format: str, overflow: str) -> dict[str, np.ndarray]:
+def _ties_away(x: np.ndarray, *, format: str, overflow: str, rounding: str) -> dict[str, np.ndarray]:
     """Round half away from zero: where x is exactly halfway, step the magnitude up one code."""
-    codes = reference.cast.fp8(x, format=format, overflow=overflow)["codes"]
+    codes = reference.cast.fp8(x, format=format, overflow=overflow, rounding=rounding)["codes"]
     fmt = get_format(format)
     mags = fmt.finite_magnitudes
     midpoints = (mags[:-1] + mags[1:]) / 2
@@ -57,8 +61,8 @@ def ties_away() -> Backend:
 def no_saturation() -> Backend:
     """Ignores ``overflow``: always non-saturating."""
 
-    def cast(x: np.ndarray, *, format: str, overflow: str) -> dict[str, np.ndarray]:
-        return reference.cast.fp8(x, format=format, overflow="nonsaturating")
+    def cast(x: np.ndarray, *, format: str, overflow: str, rounding: str) -> dict[str, np.ndarray]:
+        return reference.cast.fp8(x, format=format, overflow="nonsaturating", rounding=rounding)
 
     return _cast_backend("planted-no-saturation", cast)
 
@@ -66,8 +70,8 @@ def no_saturation() -> Backend:
 def nan_sign_dropped() -> Backend:
     """Every NaN becomes the positive NaN code."""
 
-    def cast(x: np.ndarray, *, format: str, overflow: str) -> dict[str, np.ndarray]:
-        codes = reference.cast.fp8(x, format=format, overflow=overflow)["codes"]
+    def cast(x: np.ndarray, *, format: str, overflow: str, rounding: str) -> dict[str, np.ndarray]:
+        codes = reference.cast.fp8(x, format=format, overflow=overflow, rounding=rounding)["codes"]
         return {"codes": np.where(np.isnan(x), np.uint8(0x7F), codes)}
 
     return _cast_backend("planted-nan-sign-dropped", cast)
@@ -76,8 +80,8 @@ def nan_sign_dropped() -> Backend:
 def negative_zero_flushed() -> Backend:
     """-0.0 (and anything rounding to it) comes out as +0."""
 
-    def cast(x: np.ndarray, *, format: str, overflow: str) -> dict[str, np.ndarray]:
-        codes = reference.cast.fp8(x, format=format, overflow=overflow)["codes"]
+    def cast(x: np.ndarray, *, format: str, overflow: str, rounding: str) -> dict[str, np.ndarray]:
+        codes = reference.cast.fp8(x, format=format, overflow=overflow, rounding=rounding)["codes"]
         return {"codes": np.where(codes == 0x80, np.uint8(0), codes)}
 
     return _cast_backend("planted-negative-zero-flushed", cast)
@@ -86,8 +90,12 @@ def negative_zero_flushed() -> Backend:
 def wrong_dtype() -> Backend:
     """Right values, wrong container: int32 codes instead of uint8."""
 
-    def cast(x: np.ndarray, *, format: str, overflow: str) -> dict[str, np.ndarray]:
-        return {"codes": reference.cast.fp8(x, format=format, overflow=overflow)["codes"].astype(np.int32)}
+    def cast(x: np.ndarray, *, format: str, overflow: str, rounding: str) -> dict[str, np.ndarray]:
+        return {
+            "codes": reference.cast.fp8(x, format=format, overflow=overflow, rounding=rounding)["codes"].astype(
+                np.int32
+            )
+        }
 
     return _cast_backend("planted-wrong-dtype", cast)
 
@@ -110,10 +118,10 @@ def blocks_swapped() -> Backend:
 def crashes() -> Backend:
     """Kills its own process on any negative input (as a segfaulting kernel would)."""
 
-    def cast(x: np.ndarray, *, format: str, overflow: str) -> dict[str, np.ndarray]:
+    def cast(x: np.ndarray, *, format: str, overflow: str, rounding: str) -> dict[str, np.ndarray]:
         if np.any(np.signbit(x)):
             os._exit(139)
-        return reference.cast.fp8(x, format=format, overflow=overflow)
+        return reference.cast.fp8(x, format=format, overflow=overflow, rounding=rounding)
 
     return _cast_backend("planted-crashes", cast)
 
@@ -121,10 +129,10 @@ def crashes() -> Backend:
 def hangs() -> Backend:
     """Never returns on inputs holding NaN (as a deadlocked kernel would)."""
 
-    def cast(x: np.ndarray, *, format: str, overflow: str) -> dict[str, np.ndarray]:
+    def cast(x: np.ndarray, *, format: str, overflow: str, rounding: str) -> dict[str, np.ndarray]:
         if np.any(np.isnan(x)):
             time.sleep(3600)
-        return reference.cast.fp8(x, format=format, overflow=overflow)
+        return reference.cast.fp8(x, format=format, overflow=overflow, rounding=rounding)
 
     def decode(codes: np.ndarray, *, format: str) -> Mapping[str, np.ndarray]:
         return reference.decode.fp8(codes, format=format)

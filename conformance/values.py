@@ -47,7 +47,8 @@ def _float_bits(values: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "float32":
         return values.astype(np.float32).view(np.uint32)
     if dtype == "float16":
-        return values.astype(np.float16).view(np.uint16)
+        with np.errstate(over="ignore"):  # values beyond float16's range become +-Inf, as intended
+            return values.astype(np.float16).view(np.uint16)
     if dtype == "bfloat16":
         return (round_to_bfloat16(values.astype(np.float32)).view(np.uint32) >> 16).astype(np.uint16)
     if dtype == "float64":
@@ -127,6 +128,8 @@ def boundary_pool(value_class: Mapping[str, Any], dtype: str) -> np.ndarray:
     name = value_class["class"]
     d = get_dtype(dtype)
     if d.kind != "float":
+        if name in ("all_codes", "codes") and "format" in value_class:
+            return np.arange(1 << FORMATS[value_class["format"]].bits, dtype=np.uint64).astype(d.bit_dtype)
         if name in ("all_codes", "wide"):
             return np.arange(min(1 << d.bits, 1 << 16), dtype=np.uint64).astype(d.bit_dtype)
         if name == "special":
@@ -159,6 +162,8 @@ def element_strategy(value_class: Mapping[str, Any], dtype: str) -> st.SearchStr
     d = get_dtype(dtype)
     pool = boundary_pool(value_class, dtype)
     pooled = st.sampled_from([int(b) for b in np.unique(pool)[:4096]])
+    if d.kind != "float" and "format" in value_class:
+        return st.integers(0, (1 << FORMATS[value_class["format"]].bits) - 1)
     if name == "wide" or d.kind != "float":
         return st.integers(0, (1 << d.bits) - 1) if d.kind != "bool" else st.integers(0, 1)
     if name in ("normal", "zero_blocks", "outlier_blocks"):

@@ -40,7 +40,11 @@ def test_planted_bug_is_caught_with_a_small_counterexample(planted, pattern, exp
         assert r.case is not None
         assert min(t.bits.size for t in r.case.inputs.values()) <= 64, f"{r.id}: counterexample not shrunk"
     if planted == "no_saturation":
-        assert all(r.status == "pass" for r in results if r.params["overflow"] == "nonsaturating")
+        assert all(
+            r.status == "pass"
+            for r in results
+            if r.params["overflow"] == "nonsaturating" and r.params["rounding"] == "rne"
+        )
 
 
 def test_crashing_backend_is_an_error_and_the_run_goes_on():
@@ -48,13 +52,16 @@ def test_crashing_backend_is_an_error_and_the_run_goes_on():
     rows = {r.id: r for r in results}
     errors = [r for r in results if r.status == "error"]
     assert errors and all("crash" in r.message and "exit code 139" in r.message for r in errors)
-    assert len(rows) == 5  # every row still reported
-    assert rows["cast.fp8[,invalid-input]"].status == "pass"
+    assert len(rows) == 25  # every row still reported: 24 parameter sets and the invalid-input row
+    assert {r.status for r in results if r.params.get("rounding") == "rne"} == {"error"}
+    assert rows["cast.fp8[,invalid-input]"].cases > 0  # the row after the crashes still ran
 
 
 def test_hanging_backend_times_out_and_the_run_goes_on():
-    results = _run("conformance.planted:hangs", "*.fp8", isolated=True, timeout=3.0)
-    cast_rows = [r for r in results if r.contract == "cast.fp8" and r.kind == "conformance"]
+    results = _run("conformance.planted:hangs", "*.fp8", isolated=True, timeout=2.0)
+    cast_rows = [
+        r for r in results if r.contract == "cast.fp8" and r.kind == "conformance" and r.params["rounding"] == "rne"
+    ]
     assert cast_rows and all(r.status == "error" and "timeout" in r.message for r in cast_rows)
     decode_rows = [r for r in results if r.contract == "decode.fp8" and r.kind == "conformance"]
     assert decode_rows and all(r.status == "pass" for r in decode_rows)

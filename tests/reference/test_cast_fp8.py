@@ -31,9 +31,10 @@ def test_rejects_non_arrays() -> None:
         fp8([1.0], format="float8_e5m2", overflow="saturate")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("bad", ["float8_e4m3", "float8_e4m3fnuz", "e4m3fn", "float4_e2m1fn"])
+@pytest.mark.parametrize("bad", ["float8_e4m3", "float8_e4m3b11fnuz", "e4m3fn", "float4_e2m1fn"])
 def test_rejects_unknown_format(bad: str) -> None:
-    with pytest.raises(ValueError, match=rf"format='{bad}'.*'float8_e4m3fn', 'float8_e5m2'"):
+    allowed = "'float8_e4m3fn', 'float8_e5m2', 'float8_e4m3fnuz', 'float8_e5m2fnuz'"
+    with pytest.raises(ValueError, match=rf"format='{bad}', but format must be one of \[{allowed}\]"):
         fp8(np.ones(2, np.float32), format=bad, overflow="saturate")
 
 
@@ -101,5 +102,24 @@ def test_strided_views_equal_contiguous_copies(x: np.ndarray, name: str) -> None
     overflow=st.sampled_from(OVERFLOW_POLICIES),
 )
 def test_negation_flips_only_the_sign_bit(x: np.ndarray, name: str, overflow: str) -> None:
+    """Except in the fnuz formats, where 0x00 (zero) and 0x80 (NaN) have no sign to flip."""
     codes = fp8(x, format=name, overflow=overflow)["codes"]
-    np.testing.assert_array_equal(fp8(-x, format=name, overflow=overflow)["codes"], codes ^ 0x80)
+    flipped = codes ^ 0x80
+    if name.endswith("fnuz"):
+        flipped = np.where((codes & 0x7F) == 0, codes, flipped)
+    np.testing.assert_array_equal(fp8(-x, format=name, overflow=overflow)["codes"], flipped)
+
+
+@pytest.mark.parametrize("name", ["float8_e4m3fnuz", "float8_e5m2fnuz"])
+def test_fnuz_has_no_negative_zero(name: str) -> None:
+    tiny = np.float32(2.0**-30)
+    x = np.array([-0.0, -tiny, 0.0, tiny], dtype=np.float32)
+    for overflow in OVERFLOW_POLICIES:
+        np.testing.assert_array_equal(fp8(x, format=name, overflow=overflow)["codes"], [0, 0, 0, 0])
+
+
+def test_rounding_defaults_to_rne() -> None:
+    x = np.array([1.0625, 1.1875, -0.0029296875], dtype=np.float32)
+    default = fp8(x, format="float8_e4m3fn", overflow="saturate")["codes"]
+    np.testing.assert_array_equal(default, fp8(x, format="float8_e4m3fn", overflow="saturate", rounding="rne")["codes"])
+    np.testing.assert_array_equal(default, [0x38, 0x3A, 0x82])

@@ -1,9 +1,12 @@
-"""Second oracles for ``reference.cast.fp8``: ml_dtypes, torch, golden vectors, and an anchor table.
+"""Second oracles for ``reference.cast.fp8`` (round to nearest even): ml_dtypes, torch, golden
+vectors, and an anchor table.
 
 Known, named difference: ml_dtypes narrows every NaN to e5m2 as 0x7E/0xFE (the quiet bit
 alone), where the reference, torch and TransformerEngine give the NaN with every mantissa bit
 set (0x7F/0xFF).  Comparisons with ml_dtypes therefore expect ``ML_NAN_CODE`` (with the
 input's sign) for NaN inputs and equal codes everywhere else; a dedicated test pins it down.
+For the fnuz formats ml_dtypes and torch 2.13 agree with ``overflow="nonsaturating"`` on every
+input, NaN included (0x80).
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from reference.cast import FP8_FORMATS, fp8
 from reference.formats import get_format
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors"
-ML = {"float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2}
-ML_NAN_CODE = {"float8_e4m3fn": 0x7F, "float8_e5m2": 0x7E}
-"""The positive code ml_dtypes gives every NaN input (the sign is kept); the reference gives 0x7F for both."""
-TORCH = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
+ML = {name: getattr(ml_dtypes, name) for name in FP8_FORMATS}
+ML_NAN_CODE = {"float8_e4m3fn": 0x7F, "float8_e5m2": 0x7E, "float8_e4m3fnuz": 0x80, "float8_e5m2fnuz": 0x80}
+"""The code ml_dtypes gives every NaN input, before the input's sign is ORed in; the reference gives
+0x7F for e4m3fn and e5m2 (0x80 for fnuz, where the sign bit is part of the NaN code)."""
+TORCH = {name: getattr(torch, name) for name in FP8_FORMATS}
 
 BF16_ALL = (np.arange(1 << 16, dtype=np.uint32) << 16).view(np.float32)
 """Every bfloat16 bit pattern, widened exactly to float32."""
@@ -88,7 +92,7 @@ def assert_matches_ml_dtypes(ours: np.ndarray, theirs: np.ndarray, x: np.ndarray
     """Equal codes, where a NaN input gives ml_dtypes' own NaN code (same sign) on their side."""
     fmt = get_format(name)
     nan_input = np.isnan(x)
-    sign = ours & fmt.sign_mask
+    sign = np.where(np.signbit(x), fmt.sign_mask, 0)
     assert np.all(fmt.is_nan(ours[nan_input]))
     assert_codes_equal(theirs[nan_input], ML_NAN_CODE[name] | sign[nan_input], x[nan_input], "ml_dtypes' NaN code")
     assert_codes_equal(ours[~nan_input], theirs[~nan_input], x[~nan_input], "ml_dtypes")
@@ -118,6 +122,8 @@ def test_nonsaturating_matches_ml_dtypes(name: str, source: str) -> None:
         ("float8_e5m2", 0xFFC0_0000, 0xFF, 0xFE),
         ("float8_e4m3fn", 0x7FC0_0000, 0x7F, 0x7F),
         ("float8_e4m3fn", 0xFFC0_0000, 0xFF, 0xFF),
+        ("float8_e4m3fnuz", 0xFFC0_0000, 0x80, 0x80),
+        ("float8_e5m2fnuz", 0x7FC0_0000, 0x80, 0x80),
     ],
 )
 def test_known_difference_ml_dtypes_nan_code(name: str, nan_bits: int, ours: int, theirs: int) -> None:
@@ -154,7 +160,7 @@ def test_saturate_replaces_only_overflow(name: str, source: str) -> None:
     magnitude = nonsaturated & fmt.magnitude_mask
     overflowed = ~np.isnan(x) & ((magnitude > fmt.max_finite_code) | fmt.is_nan(nonsaturated))
     assert overflowed.any()
-    sign = nonsaturated & fmt.sign_mask
+    sign = np.where(np.signbit(x), fmt.sign_mask, 0)  # not the fnuz NaN code's own top bit
     expected = np.where(overflowed, sign | fmt.max_finite_code, nonsaturated).astype(np.uint8)
     assert_codes_equal(saturated, expected, x, "non-saturating codes with overflow clamped")
 
@@ -215,6 +221,26 @@ ANCHORS = [
     ("float8_e5m2", 1.0, 0x3C, 0x3C),
     ("float8_e5m2", 1.125, 0x3C, 0x3C),  # tie 1 / 1.25
     ("float8_e5m2", 1.375, 0x3E, 0x3E),  # tie 1.25 / 1.5
+    ("float8_e4m3fnuz", 240.0, 0x7F, 0x7F),
+    ("float8_e4m3fnuz", 247.99, 0x7F, 0x7F),
+    ("float8_e4m3fnuz", 248.0, 0x80, 0x7F),  # tie 240 / 256 goes to even 256: overflow
+    ("float8_e4m3fnuz", -248.0, 0x80, 0xFF),
+    ("float8_e4m3fnuz", math.inf, 0x80, 0x7F),
+    ("float8_e4m3fnuz", -math.inf, 0x80, 0xFF),
+    ("float8_e4m3fnuz", math.nan, 0x80, 0x80),
+    ("float8_e4m3fnuz", -math.nan, 0x80, 0x80),
+    ("float8_e4m3fnuz", -0.0, 0x00, 0x00),  # no negative zero
+    ("float8_e4m3fnuz", -(2**-12), 0x00, 0x00),  # rounds to zero, which has no sign
+    ("float8_e4m3fnuz", 2**-10, 0x01, 0x01),  # smallest subnormal (bias 8)
+    ("float8_e4m3fnuz", -(2**-10), 0x81, 0x81),
+    ("float8_e4m3fnuz", 1.0, 0x40, 0x40),
+    ("float8_e5m2fnuz", 57344.0, 0x7F, 0x7F),
+    ("float8_e5m2fnuz", 61440.0, 0x80, 0x7F),  # tie 57344 / 65536 goes to even: overflow
+    ("float8_e5m2fnuz", -math.inf, 0x80, 0xFF),
+    ("float8_e5m2fnuz", -0.0, 0x00, 0x00),
+    ("float8_e5m2fnuz", 2**-17, 0x01, 0x01),  # smallest subnormal (bias 16)
+    ("float8_e5m2fnuz", 2**-18, 0x00, 0x00),  # half of it: a tie, goes to even 0
+    ("float8_e5m2fnuz", 1.0, 0x40, 0x40),
 ]
 
 

@@ -13,7 +13,7 @@ from reference import cast, decode
 from reference.cast import FP8_FORMATS, OVERFLOW_POLICIES
 from reference.formats import get_format
 
-ML = {"float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2}
+ML = {name: getattr(ml_dtypes, name) for name in FP8_FORMATS}
 ALL_CODES = np.arange(256, dtype=np.uint8)
 
 
@@ -95,7 +95,15 @@ def test_rejects_non_arrays() -> None:
         decode.fp8([0x38], format="float8_e4m3fn")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("bad", ["float8_e4m3fnuz", "float8_e8m0fnu", "fp8"])
+@pytest.mark.parametrize("bad", ["float8_e4m3b11fnuz", "float8_e8m0fnu", "fp8"])
 def test_rejects_unknown_format(bad: str) -> None:
-    with pytest.raises(ValueError, match=rf"format='{bad}'.*'float8_e4m3fn', 'float8_e5m2'"):
+    with pytest.raises(ValueError, match=rf"format='{bad}'.*'float8_e4m3fn', 'float8_e5m2', 'float8_e4m3fnuz'"):
         decode.fp8(ALL_CODES, format=bad)
+
+
+@pytest.mark.parametrize(("name", "maximum"), [("float8_e4m3fnuz", 240.0), ("float8_e5m2fnuz", 57344.0)])
+def test_fnuz_landmarks(name: str, maximum: float) -> None:
+    values = decode.fp8(np.array([0x00, 0x7F, 0xFF, 0x40], dtype=np.uint8), format=name)["values"]
+    np.testing.assert_array_equal(values, [0.0, maximum, -maximum, 1.0])
+    assert not np.signbit(values[0])
+    assert decode.fp8(np.array([0x80], dtype=np.uint8), format=name)["values"].view(np.uint32)[0] == 0xFFC0_0000
