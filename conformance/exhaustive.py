@@ -12,6 +12,7 @@ replayable case made of the first mismatching patterns.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import sys
@@ -29,7 +30,7 @@ from conformance.case import Case, TensorBits
 from conformance.compare import compare_outputs
 from conformance.registry import Spec, load_specs
 
-__all__ = ["CHUNK", "eligible", "sweep_inputs", "write_outputs"]
+__all__ = ["CHUNK", "eligible", "spec_for", "sweep", "sweep_inputs", "write_outputs"]
 
 CHUNK = 1 << 24
 TOTAL = 1 << 32
@@ -91,9 +92,16 @@ def write_outputs(shm_name: str, spec: Spec, dtypes: Mapping[str, str], outputs:
         block.close()
 
 
+@functools.cache
+def spec_for(contract: str) -> Spec:
+    """One spec, loaded once per process (sweeps ask for it once per chunk)."""
+    (spec,) = load_specs(contract)
+    return spec
+
+
 def _reference_chunk(contract: str, params: dict[str, Any], start: int, count: int, shm_name: str) -> None:
     """Process-pool task: the reference's outputs for one chunk, into shared memory."""
-    (spec,) = load_specs(contract)
+    spec = spec_for(contract)
     inputs = sweep_inputs(spec, params, start, count)
     carriers = {name: t.carrier() for name, t in inputs.items()}
     outputs = spec.reference_function()(**carriers, **params)

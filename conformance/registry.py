@@ -128,7 +128,7 @@ class Spec:
         return self.raw.get("constraints") or []
 
     def examples_for(self, profile: str) -> int:
-        """Random cases per row; ``exhaustive`` runs the ``thorough`` count beside its sweep."""
+        """Random cases per row; ``exhaustive`` runs the ``thorough`` count where it cannot sweep."""
         profile = "thorough" if profile == "exhaustive" else profile
         return int((self.raw.get("profiles") or {}).get(profile, PROFILE_DEFAULTS[profile]))
 

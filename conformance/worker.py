@@ -58,10 +58,9 @@ def _call(backend: Backend, request: Mapping[str, Any]) -> CallOutcome:
 
 def _sweep_chunk(backend: Backend, request: Mapping[str, Any]) -> str | None:
     """Run one exhaustive-sweep chunk; outputs go to shared memory. Returns an error or None."""
-    from conformance.exhaustive import sweep_inputs, write_outputs
-    from conformance.registry import load_specs
+    from conformance.exhaustive import spec_for, sweep_inputs, write_outputs
 
-    (spec,) = load_specs(request["contract"])
+    spec = spec_for(request["contract"])
     inputs = sweep_inputs(spec, request["params"], request["start"], request["count"])
     dtypes = {n: t.dtype for n, t in inputs.items()}
     outcome = _call(backend, {"contract": spec.contract, "inputs": {n: t.carrier() for n, t in inputs.items()},
