@@ -161,12 +161,24 @@ def _stochastic(
     biased = np.abs(ups - expected) > bound
     if not biased.any():
         return []
-    index = tuple(int(k) for k in np.argwhere(biased)[0])
+    elements = []
+    for where in np.argwhere(biased)[:MAX_REPORTED]:
+        i = tuple(int(k) for k in where)
+        elements.append(
+            {
+                "index": list(i),
+                "reference": f"p_upper={float(p[i]):.6g}",
+                "backend": f"{int(ups[i])}/{draws} up",
+                "reference_value": f"{float(expected[i]):.1f} ± {float(bound[i]):.1f} up",
+                "backend_value": str(int(ups[i])),
+            }
+        )
+    first = elements[0]
     message = (
-        f"{name}{list(index)}: {int(ups[index])} of {draws} draws rounded up, but p_upper={float(p[index]):.6g} "
-        f"expects {float(expected[index]):.1f} ± {float(bound[index]):.1f}; {int(biased.sum())} elements are biased"
+        f"{name}{first['index']}: {first['backend']} draws rounded up, but {first['reference']} expects "
+        f"{first['reference_value']}; {int(biased.sum())} elements are biased"
     )
-    return [Mismatch(name, message, int(biased.sum()), int(biased.size))]
+    return [Mismatch(name, message, int(biased.sum()), int(biased.size), elements)]
 
 
 def _describe(name: str, dtype: str, fmt: str | None, ref: np.ndarray, got: np.ndarray, equal: np.ndarray) -> Mismatch:

@@ -37,9 +37,10 @@ TOTAL = 1 << 32
 
 
 def eligible(spec: Spec) -> bool:
-    """Elementwise contracts whose leading input accepts float32 (casts)."""
-    first = next(iter(spec.inputs.values()))
-    return spec.elementwise and "float32" in first["dtypes"]
+    """Elementwise contracts whose leading input accepts float32 and whose outputs have its shape (casts)."""
+    name, first = next(iter(spec.inputs.items()))
+    same_shape = all(out["shape"] == f"{name}.shape" for out in spec.outputs.values())
+    return spec.elementwise and same_shape and "float32" in first["dtypes"]
 
 
 def _hash_bits(index: np.ndarray, bits: int) -> np.ndarray:

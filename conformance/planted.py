@@ -28,6 +28,7 @@ __all__ = [
     "crashes",
     "hangs",
     "nan_sign_dropped",
+    "nearest_not_stochastic",
     "negative_zero_flushed",
     "no_saturation",
     "ties_away",
@@ -140,3 +141,13 @@ def hangs() -> Backend:
     return Backend(
         name="planted-hangs", device="cpu", array_kind="numpy", contracts={"cast.fp8": cast, "decode.fp8": decode}
     )
+
+
+def nearest_not_stochastic() -> Backend:
+    """ "Stochastic" rounding that always rounds to nearest: every draw is a neighbour, but biased."""
+
+    def draw(x: np.ndarray, *, format: str, overflow: str, draws: int) -> dict[str, np.ndarray]:
+        nearest = reference.cast.fp8(x, format=format, overflow=overflow)["codes"]
+        return {"codes": np.broadcast_to(nearest, (draws, *nearest.shape)).copy()}
+
+    return Backend(name="planted-nearest", device="cpu", array_kind="numpy", contracts={"stochastic.fp8": draw})

@@ -150,7 +150,9 @@ class Runner:
         if not (spec.elementwise and failure.mismatches and failure.mismatches[0].elements):
             return case, failure
         shape = next(iter(case.inputs.values())).shape
-        if any(t.shape != shape for t in case.inputs.values()):
+        if any(t.shape != shape for t in case.inputs.values()) or any(
+            len(e["index"]) != len(shape) for e in failure.mismatches[0].elements
+        ):
             return case, failure
         flat = [
             int(np.ravel_multi_index(tuple(e["index"]), shape)) if shape else 0 for e in failure.mismatches[0].elements

@@ -20,6 +20,8 @@ _TORCH_DTYPES = {
     "int32": torch.int32,
     "int64": torch.int64,
     "bool": torch.bool,
+    # unsigned 16/32-bit tensors exist since torch 2.3 (limited ops: enough to carry bits)
+    **{name: getattr(torch, name) for name in ("uint16", "uint32") if hasattr(torch, name)},
 }
 
 
@@ -30,6 +32,9 @@ def to_tensor(carrier: np.ndarray, dtype: str, device: str) -> torch.Tensor:
     conversion turns every NaN into 0xFFFF (a negative NaN), which would hide the sign.
     """
     array = np.array(carrier, copy=True, order="C")
+    if dtype in ("uint16", "uint32"):  # build from the signed view: from_numpy lacks some unsigned dtypes
+        signed = torch.from_numpy(array.view(f"int{array.dtype.itemsize * 8}"))
+        return signed.view(_TORCH_DTYPES[dtype]).to(device)
     if dtype == "bfloat16":
         bits = (array.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
         return torch.from_numpy(bits).view(torch.bfloat16).to(device)
@@ -45,4 +50,7 @@ def to_numpy(value: Any) -> np.ndarray:
         return tensor.view(torch.int16).numpy().view(np.uint16)
     if tensor.element_size() == 1 and tensor.dtype.is_floating_point:
         return tensor.view(torch.uint8).numpy()
+    if tensor.dtype in (getattr(torch, "uint16", None), getattr(torch, "uint32", None)):
+        signed = {2: torch.int16, 4: torch.int32}[tensor.element_size()]
+        return tensor.view(signed).numpy().view(f"uint{8 * tensor.element_size()}")
     return tensor.numpy()

@@ -116,7 +116,7 @@ def test_stochastic_accepts_unbiased_draws_and_rejects_bias_and_strangers():
     assert _compare(STOCHASTIC, ref, {"codes": fair}) == []
     biased = np.where(rng.random((1000, 3)) < 0.35, 11, 10).astype(np.uint8)
     (m,) = _compare(STOCHASTIC, ref, {"codes": biased})
-    assert "draws rounded up, but p_upper=0.25" in m.message
+    assert "draws rounded up, but p_upper=0.25" in m.message and m.elements[0]["index"] == [0]
     stranger = fair.copy()
     stranger[5, 1] = 12
     (m,) = _compare(STOCHASTIC, ref, {"codes": stranger})

@@ -29,6 +29,7 @@ def test_reference_conforms_to_itself():
         ("negative_zero_flushed", "cast.fp8", "=0x00 (0.0), but reference gives 0x80 (-0.0)"),
         ("wrong_dtype", "cast.fp8", "codes: got dtype int32, expected uint8"),
         ("blocks_swapped", "glu.interleave", "but reference gives"),
+        ("nearest_not_stochastic", "stochastic.fp8", "draws rounded up, but p_upper="),
     ],
 )
 def test_planted_bug_is_caught_with_a_small_counterexample(planted, pattern, expect_in_message):
