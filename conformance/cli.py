@@ -19,6 +19,7 @@ import numpy as np
 from conformance.backends import available_backends
 from conformance.case import Case, decode_token
 from conformance.errors import BackendError, QConformError
+from conformance.expr import check_expression
 from conformance.registry import PROFILES, load_specs
 from conformance.report import build_report, write_reports
 from conformance.runner import Runner
@@ -41,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--spec", default="*", help="glob over contract ids, e.g. 'cast.*' (default: all)")
     sweep_help = "random cases per row; 'exhaustive' also sweeps all 2^32 float32 inputs of each cast"
     run.add_argument("--profile", default="default", choices=PROFILES, help=sweep_help)
+    run.add_argument("--where", help="only rows whose params satisfy this expression, e.g. \"rounding == 'rne'\"")
     run.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0: runs are reproducible)")
     run.add_argument("--report", type=Path, help="directory for report.json, report.md and junit.xml")
     run.add_argument("--timeout", type=float, default=120.0, help="seconds one backend call may take")
@@ -73,6 +75,8 @@ def _cmd_show(contract: str) -> int:
 
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     specs = load_specs(args.spec)
+    if args.where is not None:
+        check_expression(args.where, {name for spec in specs for name in spec.params})
     if args.report is not None:
         try:
             args.report.mkdir(parents=True, exist_ok=True)
@@ -87,7 +91,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     log(f"qconform: backend {handle.description['name']} on {handle.description['device']}, "
         f"{len(specs)} specs, profile {args.profile}, seed {args.seed}")  # fmt: skip
     try:
-        results = Runner(handle, profile=args.profile, seed=args.seed, progress=log).run(specs)
+        results = Runner(handle, profile=args.profile, seed=args.seed, progress=log).run(specs, where=args.where)
     finally:
         handle.close()
     report = build_report(

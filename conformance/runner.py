@@ -29,6 +29,7 @@ from conformance import exhaustive
 from conformance.carriers import carrier_to_bits
 from conformance.case import Case, TensorBits
 from conformance.compare import Mismatch, compare_outputs
+from conformance.errors import SpecError
 from conformance.expr import evaluate as evaluate_expr
 from conformance.registry import Spec
 from conformance.strategies import boundary_cases, case_strategy, literal_case
@@ -163,8 +164,11 @@ class Runner:
         return (smaller, again) if again.status == "fail" else (case, failure)
 
     # -- rows ----------------------------------------------------------------------------------
-    def run(self, specs: Iterable[Spec]) -> list[ComboResult]:
+    def run(self, specs: Iterable[Spec], where: str | None = None) -> list[ComboResult]:
+        """Every row of ``specs``; with ``where`` (an expression over params), only the rows where it holds."""
         rows = [(spec, combo) for spec in specs for combo in [*spec.param_combinations(), None]]
+        if where is not None:
+            rows = [(s, c) for s, c in rows if c is not None and _holds(where, s.with_defaults(c))]
         results: list[ComboResult] = []
         for i, (spec, combo) in enumerate(rows, 1):
             result = self.run_invalid(spec) if combo is None else self.run_combo(spec, combo)
@@ -329,6 +333,14 @@ class Runner:
             expected = f"{entry['raises']} naming {entry['match']}"
             return f"{entry['name']}: expected {expected}, got {outcome.exc_type}: {first_line}"
         return None
+
+
+def _holds(where: str, params: Mapping[str, Any]) -> bool:
+    """``where`` over a row's params; a name the row lacks makes it false, not an error."""
+    try:
+        return bool(evaluate_expr(where, params))
+    except SpecError:
+        return False
 
 
 def _raised_as_expected(exc_type: str, bases: list[str], message: str, entry: Mapping[str, Any]) -> bool:

@@ -73,3 +73,23 @@ def test_list_and_show(capsys):
     assert "cast.fp8" in out and "overflow in ['saturate', 'nonsaturating']" in out
     assert main(["show", "glu.interleave"]) == 0
     assert "contract: glu.interleave" in capsys.readouterr().out
+
+
+def test_where_selects_rows_by_params(tmp_path, capsys):
+    args = [
+        "run",
+        "--backend",
+        "reference",
+        "--spec",
+        "cast.fp8",
+        "--profile",
+        "smoke",
+        "--isolation",
+        "none",
+        "--quiet",
+    ]
+    assert main([*args, "--where", "rounding == 'rtz' and format == 'float8_e5m2'", "--report", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "report.json").read_text())["results"]
+    assert [(r["params"]["format"], r["params"]["rounding"]) for r in rows] == [("float8_e5m2", "rtz")] * 2
+    assert main([*args, "--where", "no_such_param == 1"]) == 2
+    assert "unknown names ['no_such_param']" in capsys.readouterr().err
