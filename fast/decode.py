@@ -1,6 +1,7 @@
-"""Decoding of FP8 codes to float32 values (contract ``decode.fp8``): a 256-entry table and a gather.
+"""Decoding of narrow float codes to float32 values (contracts ``decode.fp8``, ``decode.fp6``,
+``decode.fp4``, ``decode.e8m0``): a table per format and a gather.
 
-The table is built from the formats' bit fields with torch integer ops (no torch float8 dtype is
+Each table is built from the format's bit fields with torch integer ops (no torch float8 dtype is
 involved), once per format and device, and indexed with the codes; ``table[codes.long()]`` is a
 single gather on any device, so there is no separate kernel.
 """
@@ -12,26 +13,42 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["FP8_FORMATS", "fp8"]
+__all__ = ["FP4_FORMATS", "FP6_FORMATS", "FP8_FORMATS", "e8m0", "fp4", "fp6", "fp8"]
 
-FP8_FORMATS: tuple[str, ...] = ("float8_e4m3fn", "float8_e5m2")
+FP8_FORMATS: tuple[str, ...] = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+FP6_FORMATS: tuple[str, ...] = ("float6_e2m3fn", "float6_e3m2fn")
+FP4_FORMATS: tuple[str, ...] = ("float4_e2m1fn",)
 
 _F32_QUIET_NAN = 0x7FC00000
 _F32_INF = 0x7F800000
 
 
-class _Fp8Format(NamedTuple):
-    """Bit fields of an FP8 format."""
+class _Format(NamedTuple):
+    """Bit fields of a signed narrow float format (sign in the top bit) and where its specials live.
+
+    ``specials``: ``"ieee"`` (top exponent: Inf if the mantissa is 0, else NaN), ``"fn"`` (only the
+    all-ones magnitude is NaN), ``"fnuz"`` (the negative-zero pattern is the only NaN), ``"finite"``
+    (every code is a number).
+    """
 
     exponent_bits: int
     mantissa_bits: int
     bias: int
-    has_inf: bool
+    specials: str
+
+    @property
+    def bits(self) -> int:
+        return 1 + self.exponent_bits + self.mantissa_bits
 
 
-_FORMATS: dict[str, _Fp8Format] = {
-    "float8_e4m3fn": _Fp8Format(exponent_bits=4, mantissa_bits=3, bias=7, has_inf=False),
-    "float8_e5m2": _Fp8Format(exponent_bits=5, mantissa_bits=2, bias=15, has_inf=True),
+_FORMATS: dict[str, _Format] = {
+    "float8_e4m3fn": _Format(4, 3, 7, "fn"),
+    "float8_e5m2": _Format(5, 2, 15, "ieee"),
+    "float8_e4m3fnuz": _Format(4, 3, 8, "fnuz"),
+    "float8_e5m2fnuz": _Format(5, 2, 16, "fnuz"),
+    "float6_e2m3fn": _Format(2, 3, 1, "finite"),
+    "float6_e3m2fn": _Format(3, 2, 3, "finite"),
+    "float4_e2m1fn": _Format(2, 1, 1, "finite"),
 }
 
 
@@ -46,46 +63,139 @@ def fp8(codes: torch.Tensor, *, format: str) -> dict[str, torch.Tensor]:
 
     Source
     ------
-    OCP 8-bit Floating Point Specification (OFP8) rev 1.0 (E4M3 and E5M2 encodings);
-    ``specs/decode/fp8.yaml``.
+    OCP 8-bit Floating Point Specification (OFP8) rev 1.0 (E4M3FN and E5M2); ml_dtypes
+    ``float8_e4m3fnuz`` / ``float8_e5m2fnuz``; ``specs/decode/fp8.yaml``.
 
     Encoding
     --------
-    ``codes`` is ``uint8``, one code per element: ``S.EEEE.MMM`` (E4M3FN, bias 7) or ``S.EEEEE.MM``
-    (E5M2, bias 15).  ``values`` is float32 with the shape of ``codes``, on its device.
+    ``codes`` is ``uint8``, one code per element: ``S.EEEE.MMM`` (E4M3FN bias 7, E4M3FNUZ bias 8) or
+    ``S.EEEEE.MM`` (E5M2 bias 15, E5M2FNUZ bias 16).  ``values`` is float32 with the shape of
+    ``codes``, on its device.
 
     Edge cases
     ----------
-    - 0x00 -> +0.0 and 0x80 -> -0.0.
-    - NaN codes (E4M3FN 0x7F/0xFF; E5M2 0x7D-0x7F/0xFD-0xFF) -> a float32 NaN (here the quiet NaN
-      with the code's sign; the contract leaves payload and sign free).
-    - E5M2 0x7C/0xFC -> ±Inf; E4M3FN has no infinity (0x78-0x7E are 256..448).
+    - 0x00 -> +0.0; 0x80 -> -0.0 (E4M3FN, E5M2) or NaN (fnuz: their only NaN, and they have no -0).
+    - NaN codes (E4M3FN 0x7F/0xFF; E5M2 0x7D-0x7F/0xFD-0xFF; fnuz 0x80) -> a float32 NaN (here the
+      quiet NaN with the code's sign; the contract leaves payload and sign free).
+    - E5M2 0x7C/0xFC -> ±Inf; the other formats have no infinity (fnuz 0x7F is 240 / 57344).
 
     Raises ``TypeError`` unless ``codes`` is a ``uint8`` tensor, ``ValueError`` for an unknown ``format``.
     """
-    if format not in _FORMATS:
-        raise ValueError(f"Got format={format!r}, but format must be one of {list(FP8_FORMATS)}")
+    _check_codes(codes)
+    _check_format(format, FP8_FORMATS)
+    return {"values": _table(format, codes.device)[codes.long()]}
+
+
+def fp6(codes: torch.Tensor, *, format: str) -> dict[str, torch.Tensor]:
+    """Exact float32 value of every FP6 code (MX E2M3 or E3M2).
+
+    Contract
+    --------
+    ``decode.fp6``: ``values = table[codes]`` over the 64 codes of ``format``, as :func:`fp8`; every
+    code is a finite number (0x20 is -0.0; 0x1F is 7.5 for E2M3, 28.0 for E3M2).
+
+    Source
+    ------
+    OCP Microscaling Formats (MX) v1.0 §5.3 (E2M3 bias 1, E3M2 bias 3); ``specs/decode/fp6.yaml``.
+
+    Encoding
+    --------
+    ``codes`` is ``uint8``, one code per element in the low 6 bits (``S.EE.MMM`` or ``S.EEE.MM``).
+
+    Raises ``TypeError`` unless ``codes`` is a ``uint8`` tensor, ``ValueError`` for an unknown
+    ``format`` or a byte above 63 (naming the first one: it is not a code).
+    """
+    _check_codes(codes)
+    _check_format(format, FP6_FORMATS)
+    _check_width(codes, 6)
+    return {"values": _table(format, codes.device)[codes.long()]}
+
+
+def fp4(codes: torch.Tensor, *, format: str) -> dict[str, torch.Tensor]:
+    """Exact float32 value of every FP4 E2M1 code.
+
+    Contract
+    --------
+    ``decode.fp4``: ``values = table[codes]`` over the 16 codes of ``float4_e2m1fn``: 0, 0.5, 1, 1.5,
+    2, 3, 4, 6 for codes 0..7 and their negatives for 8..15 (0x8 is -0.0).
+
+    Source
+    ------
+    OCP Microscaling Formats (MX) v1.0 §5.3 (E2M1 bias 1); ``specs/decode/fp4.yaml``.
+
+    Encoding
+    --------
+    ``codes`` is ``uint8``, one code per element in the low 4 bits; two packed codes per byte go
+    through ``unpack.nibbles`` first.
+
+    Raises as :func:`fp6`, for bytes above 15.
+    """
+    _check_codes(codes)
+    _check_format(format, FP4_FORMATS)
+    _check_width(codes, 4)
+    return {"values": _table(format, codes.device)[codes.long()]}
+
+
+def e8m0(codes: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Float32 value of every E8M0 scale byte: ``2**(b - 127)``, NaN for 0xFF.
+
+    Contract
+    --------
+    ``decode.e8m0``: ``values = 2**(codes - 127)`` for bytes 0..254 (0x00 is ``2**-127``, the float32
+    subnormal 0x00400000; 0x7F is 1.0; 0xFE is ``2**127``) and NaN for 0xFF.
+
+    Source
+    ------
+    OCP Microscaling Formats (MX) v1.0 §5.4; ``specs/decode/e8m0.yaml``.
+
+    Raises ``TypeError`` unless ``codes`` is a ``uint8`` tensor.
+    """
+    _check_codes(codes)
+    return {"values": _e8m0_table(codes.device)[codes.long()]}
+
+
+def _check_codes(codes: object) -> None:
     if not isinstance(codes, torch.Tensor):
         raise TypeError(f"Got codes of type {type(codes).__name__}, but codes must be a torch.Tensor of dtype uint8")
     if codes.dtype != torch.uint8:
-        raise TypeError(f"Got codes.dtype={codes.dtype}, but codes must be torch.uint8")
-    return {"values": _table(format, codes.device)[codes.long()]}
+        raise TypeError(f"Got codes.dtype={str(codes.dtype).removeprefix('torch.')}, but codes must be uint8")
+
+
+def _check_format(format: object, allowed: tuple[str, ...]) -> None:
+    if format not in allowed:
+        raise ValueError(f"Got format={format!r}, but format must be one of {list(allowed)}")
+
+
+def _check_width(codes: torch.Tensor, bits: int) -> None:
+    """``ValueError`` naming the first byte of ``codes`` that is not a ``bits``-bit code."""
+    above = (codes >> bits) != 0
+    if bool(above.any()):
+        index = tuple(int(i) for i in above.nonzero()[0])
+        where = f"codes[{', '.join(map(str, index))}]" if index else "codes"
+        raise ValueError(f"Got {where}={int(codes[index])}, but codes must hold {bits}-bit codes 0..{(1 << bits) - 1}")
 
 
 @functools.cache
 def _table(format: str, device: torch.device) -> torch.Tensor:
-    """The 256 float32 values of ``format`` on ``device``, built from the bit fields in int32."""
+    """The float32 values of every code of ``format`` on ``device``, built from the bit fields in int32."""
     fmt = _FORMATS[format]
     mantissa_mask = (1 << fmt.mantissa_bits) - 1
     exponent_all_ones = (1 << fmt.exponent_bits) - 1
-    code = torch.arange(256, dtype=torch.int32)
-    sign = (code & 0x80) << 24
-    exponent = (code >> fmt.mantissa_bits) & exponent_all_ones
+    sign_shift = fmt.bits - 1
+    code = torch.arange(1 << fmt.bits, dtype=torch.int32)
+    sign = (code >> sign_shift) << 31
+    magnitude = code & ((1 << sign_shift) - 1)
+    exponent = magnitude >> fmt.mantissa_bits
     mantissa = code & mantissa_mask
-    zero = (code & 0x7F) == 0
+    zero = magnitude == 0
     special = exponent == exponent_all_ones
-    nan = special & (mantissa != 0) if fmt.has_inf else special & (mantissa == mantissa_mask)
-    infinity = special & (mantissa == 0) if fmt.has_inf else torch.zeros_like(special)
+    nan = {
+        "ieee": special & (mantissa != 0),
+        "fn": magnitude == (1 << sign_shift) - 1,
+        "fnuz": code == 1 << sign_shift,
+        "finite": torch.zeros_like(zero),
+    }[fmt.specials]
+    infinity = special & (mantissa == 0) if fmt.specials == "ieee" else torch.zeros_like(zero)
 
     # Subnormal codes (E = 0, M != 0) are float32 normals: shift M up to its leading one (at most
     # mantissa_bits steps), lowering the exponent by one per step from the subnormal exponent 1 - bias.
@@ -99,3 +209,12 @@ def _table(format: str, device: torch.device) -> torch.Tensor:
     bits = ((exponent + (127 - fmt.bias)) << 23) | ((mantissa & mantissa_mask) << (23 - fmt.mantissa_bits))
     bits = bits.masked_fill(zero, 0).masked_fill(infinity, _F32_INF).masked_fill(nan, _F32_QUIET_NAN)
     return (bits | sign).view(torch.float32).to(device)
+
+
+@functools.cache
+def _e8m0_table(device: torch.device) -> torch.Tensor:
+    """``2**(b - 127)`` for every byte ``b`` (0: the float32 subnormal 0x00400000) and NaN for 0xFF."""
+    bits = torch.arange(256, dtype=torch.int32) << 23
+    bits[0] = 0x00400000
+    bits[255] = _F32_QUIET_NAN
+    return bits.view(torch.float32).to(device)

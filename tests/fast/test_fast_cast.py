@@ -19,14 +19,22 @@ import fast.decode
 from fast.cast import FP8_FORMATS, OVERFLOW_POLICIES, PATH_ENV, fp8
 
 COMBOS = [(f, o) for f in FP8_FORMATS for o in OVERFLOW_POLICIES]
-FIELDS = {"float8_e4m3fn": (4, 3, 7), "float8_e5m2": (5, 2, 15)}
+FIELDS = {
+    "float8_e4m3fn": (4, 3, 7),
+    "float8_e5m2": (5, 2, 15),
+    "float8_e4m3fnuz": (4, 3, 8),
+    "float8_e5m2fnuz": (5, 2, 16),
+}
 """exponent bits, mantissa bits, bias"""
-MAX_CODE = {"float8_e4m3fn": 0x7E, "float8_e5m2": 0x7B}
+MAX_CODE = {"float8_e4m3fn": 0x7E, "float8_e5m2": 0x7B, "float8_e4m3fnuz": 0x7F, "float8_e5m2fnuz": 0x7F}
+FNUZ = ("float8_e4m3fnuz", "float8_e5m2fnuz")
 OVERFLOW_CODE = {
     ("float8_e4m3fn", "saturate"): 0x7E,
     ("float8_e4m3fn", "nonsaturating"): 0x7F,
     ("float8_e5m2", "saturate"): 0x7B,
     ("float8_e5m2", "nonsaturating"): 0x7C,
+    **{(f, "saturate"): 0x7F for f in FNUZ},
+    **{(f, "nonsaturating"): 0x80 for f in FNUZ},
 }
 
 ALL_16_BITS = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16)
@@ -58,8 +66,14 @@ def positive_values(format: str) -> np.ndarray:
     return np.array(values)
 
 
-def oracle(x: torch.Tensor, format: str, overflow: str) -> np.ndarray:
-    """Codes by brute force: the nearest of the format's values (ties to the even code), then the policy."""
+def oracle(
+    x: torch.Tensor, format: str, overflow: str, rounding: str = "rne", random_bits: torch.Tensor | None = None
+) -> np.ndarray:
+    """Codes by brute force in float64: the format's neighbours of |x|, the rounding rule, then the policy.
+
+    ``stochastic``: with ``f`` the (exact) fraction of the way from the lower neighbour to the upper one,
+    up iff ``floor(f * 2**k) + r >= 2**k``.
+    """
     values = positive_values(format)
     xs = x.reshape(-1)
     raw_sign = (xs.view(torch.int16) < 0) if xs.element_size() == 2 else (xs.view(torch.int32) < 0)
@@ -69,12 +83,24 @@ def oracle(x: torch.Tensor, format: str, overflow: str) -> np.ndarray:
     above = np.searchsorted(values, clipped)  # values[above - 1] < clipped <= values[above]
     below = np.maximum(above - 1, 0)
     down, up = clipped - values[below], values[above] - clipped
-    code = np.where((down < up) | ((down == up) & (below % 2 == 0)), below, above)
+    if rounding == "rne":
+        code = np.where((down < up) | ((down == up) & (below % 2 == 0)), below, above)
+    elif rounding == "rtz":
+        code = below
+    else:
+        assert random_bits is not None
+        width = random_bits.element_size() * 8
+        r = random_bits.reshape(-1).to(torch.int64).numpy() & ((1 << width) - 1)
+        fraction = down / (values[above] - values[below] + (above == below))
+        code = np.where(np.floor(fraction * 2.0**width) + r >= 2**width, above, below)
     code = np.where(clipped == values[above], above, code)
     code = np.where(code > MAX_CODE[format], OVERFLOW_CODE[format, overflow], code)
     code = np.where(np.isinf(magnitude), OVERFLOW_CODE[format, overflow], code)
-    code = np.where(np.isnan(magnitude), 0x7F, code)
-    return (code | np.where(raw_sign.numpy(), 0x80, 0)).astype(np.uint8).reshape(x.shape)
+    sign = np.where(raw_sign.numpy() & ((code != 0) | (format not in FNUZ)), 0x80, 0)
+    code = code | sign
+    nan_code = np.where(raw_sign.numpy(), 0xFF, 0x7F) if format not in FNUZ else 0x80
+    code = np.where(np.isnan(magnitude), nan_code, code)
+    return code.astype(np.uint8).reshape(x.shape)
 
 
 def assert_codes(got: torch.Tensor, x: torch.Tensor, expected: np.ndarray, what: str) -> None:
@@ -177,13 +203,93 @@ def test_negative_16_bit_nan_in_short_tensors(length: int, dtype: torch.dtype, n
     from the input's own bits."""
     x = torch.full((length,), nan_bits, dtype=torch.int16).view(dtype)
     for format, overflow in COMBOS:
-        assert fp8(x, format=format, overflow=overflow)["codes"].tolist() == [0xFF] * length
+        expected = 0x80 if format in FNUZ else 0xFF
+        assert fp8(x, format=format, overflow=overflow)["codes"].tolist() == [expected] * length
 
 
 @pytest.mark.parametrize(("format", "overflow"), COMBOS)
 def test_random_float32_patterns(format: str, overflow: str) -> None:
     x = RANDOM_F32_BITS.view(torch.float32)
     assert_codes(fp8(x, format=format, overflow=overflow)["codes"], x, oracle(x, format, overflow), "float32")
+
+
+def random_bits_like(x: torch.Tensor, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Uniform uint8 or uint32 random bits of ``x``'s shape, fixed seed."""
+    drawn = torch.randint(-(2**31), 2**31, x.shape, dtype=torch.int32, generator=torch.Generator().manual_seed(seed))
+    return drawn.view(torch.uint32) if dtype == torch.uint32 else drawn.to(torch.uint8)
+
+
+@pytest.mark.parametrize(("format", "overflow"), COMBOS)
+@pytest.mark.parametrize(
+    ("rounding", "bits_dtype"), [("rtz", None), ("stochastic", torch.uint8), ("stochastic", torch.uint32)]
+)
+def test_rtz_and_stochastic_against_the_oracle(
+    format: str, overflow: str, rounding: str, bits_dtype: torch.dtype | None
+) -> None:
+    """All bfloat16 patterns and the random float32 patterns; stochastic with uint8 and uint32 random bits."""
+    for x in (ALL_16_BITS.view(torch.bfloat16), RANDOM_F32_BITS.view(torch.float32)):
+        bits = random_bits_like(x, bits_dtype, 7) if rounding == "stochastic" else None
+        got = fp8(x, format=format, overflow=overflow, rounding=rounding, random_bits=bits)["codes"]
+        assert_codes(got, x, oracle(x, format, overflow, rounding, bits), f"{rounding} {bits_dtype} {x.dtype}")
+
+
+ROUNDING_ANCHORS = [
+    # (format, overflow, rounding, x, random bits or None, code, why)
+    ("float8_e4m3fn", "nonsaturating", "rtz", 479.99, None, 0x7E, "rtz truncates below 480"),
+    ("float8_e4m3fn", "nonsaturating", "rtz", 480.0, None, 0x7F, "480 truncates past the max: overflow"),
+    ("float8_e4m3fn", "saturate", "rtz", -1.9, None, 0xBF, "-1.9 truncates to -1.875"),
+    ("float8_e5m2", "saturate", "rtz", 65535.99, None, 0x7B, "e5m2 65535.99 truncates to 57344"),
+    ("float8_e4m3fn", "saturate", "stochastic", 1.0625, torch.tensor([127], dtype=torch.uint8), 0x38, "r < 128"),
+    ("float8_e4m3fn", "saturate", "stochastic", 1.0625, torch.tensor([128], dtype=torch.uint8), 0x39, "r >= 128"),
+    ("float8_e4m3fn", "saturate", "stochastic", 1.0, torch.tensor([255], dtype=torch.uint8), 0x38, "exact: never"),
+    ("float8_e4m3fn", "nonsaturating", "stochastic", 449.0, torch.tensor([4160749568]).to(torch.uint32), 0x7F, "up"),
+    ("float8_e4m3fn", "nonsaturating", "stochastic", 449.0, torch.tensor([4160749567]).to(torch.uint32), 0x7E, "down"),
+    ("float8_e4m3fnuz", "nonsaturating", "rne", 248.0, None, 0x80, "248 ties to even 256: NaN 0x80"),
+    ("float8_e4m3fnuz", "saturate", "rne", -1e6, None, 0xFF, "-1e6 saturates to -240"),
+    ("float8_e4m3fnuz", "saturate", "rne", -0.0, None, 0x00, "no -0"),
+    ("float8_e4m3fnuz", "saturate", "rne", -(2.0**-12), None, 0x00, "-2^-12 rounds to 0: no -0"),
+    ("float8_e4m3fnuz", "saturate", "rne", float("-nan"), None, 0x80, "NaN of either sign"),
+    ("float8_e5m2fnuz", "nonsaturating", "rne", 1.0, None, 0x40, "bias 16"),
+    ("float8_e5m2fnuz", "nonsaturating", "rne", -61440.0, None, 0x80, "overflow to the NaN 0x80"),
+    ("float8_e5m2fnuz", "saturate", "rtz", float("inf"), None, 0x7F, "Inf saturates to 57344"),
+]
+
+
+@pytest.mark.parametrize("path", ["torch", "triton"])
+@pytest.mark.parametrize(
+    ("format", "overflow", "rounding", "value", "bits", "code", "why"),
+    ROUNDING_ANCHORS,
+    ids=[a[6] for a in ROUNDING_ANCHORS],
+)
+def test_rounding_anchor(
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    format: str,
+    overflow: str,
+    rounding: str,
+    value: float,
+    bits: torch.Tensor | None,
+    code: int,
+    why: str,
+) -> None:
+    """The spec's rtz / stochastic / fnuz examples on both paths (the kernel in the interpreter)."""
+    if path == "triton":
+        pytest.importorskip("triton")
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv(PATH_ENV, path)
+    x = torch.tensor([value], dtype=torch.float32)
+    got = fp8(x, format=format, overflow=overflow, rounding=rounding, random_bits=bits)["codes"].item()
+    assert got == code, f"{value}: codes=0x{got:02x}, but should be 0x{code:02x} ({why})"
+
+
+@pytest.mark.parametrize("format", FP8_FORMATS)
+def test_stochastic_with_zero_bits_is_rtz(format: str) -> None:
+    """r = 0 never reaches 2^k, so stochastic rounding with zero bits truncates."""
+    x = ALL_16_BITS.view(torch.bfloat16)
+    for dtype in (torch.uint8, torch.uint32):
+        zeros = torch.zeros(x.shape, dtype=dtype)
+        sr = fp8(x, format=format, overflow="nonsaturating", rounding="stochastic", random_bits=zeros)["codes"]
+        assert torch.equal(sr, fp8(x, format=format, overflow="nonsaturating", rounding="rtz")["codes"])
 
 
 @pytest.mark.parametrize(("format", "overflow"), COMBOS)
@@ -193,18 +299,20 @@ def test_every_code_round_trips_through_decode(format: str, overflow: str) -> No
     again = fp8(fast.decode.fp8(codes, format=format)["values"], format=format, overflow=overflow)["codes"]
     expected = codes.clone()
     decoded = fast.decode.fp8(codes, format=format)["values"]
-    expected[decoded.isnan()] = (codes[decoded.isnan()] & 0x80) | 0x7F
+    expected[decoded.isnan()] = 0x80 if format in FNUZ else (codes[decoded.isnan()] & 0x80) | 0x7F
     expected[decoded.isinf()] = (codes[decoded.isinf()] & 0x80) | OVERFLOW_CODE[format, overflow]
     assert torch.equal(again, expected)
 
 
 # %% torch's own casts as a sanity oracle
 
-TORCH_FP8 = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
+TORCH_FP8 = {format: getattr(torch, format) for format in FP8_FORMATS}
 TORCH_VERSION = tuple(int(part) for part in torch.__version__.split(".")[:2])
 TORCH_POLICY = {
     "float8_e4m3fn": "saturate" if TORCH_VERSION >= (2, 13) else "nonsaturating",
     "float8_e5m2": "nonsaturating",
+    "float8_e4m3fnuz": "nonsaturating",
+    "float8_e5m2fnuz": "nonsaturating",
 }
 """What torch's eager ``Tensor.to`` does on CPU: E4M3FN saturates from torch 2.13 (pytorch#178817), E5M2 never."""
 
@@ -229,19 +337,29 @@ def triton_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PATH_ENV, "triton")
 
 
-def torch_path(x: torch.Tensor, format: str, overflow: str) -> torch.Tensor:
+def torch_path(
+    x: torch.Tensor, format: str, overflow: str, rounding: str = "rne", random_bits: torch.Tensor | None = None
+) -> torch.Tensor:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(PATH_ENV, "torch")
-        return fp8(x, format=format, overflow=overflow)["codes"]
+        return fp8(x, format=format, overflow=overflow, rounding=rounding, random_bits=random_bits)["codes"]
 
 
 @pytest.mark.usefixtures("triton_interpreter")
 @pytest.mark.parametrize(("format", "overflow"), COMBOS)
-def test_triton_kernel_matches_torch_path(format: str, overflow: str) -> None:
+@pytest.mark.parametrize(
+    ("rounding", "bits_dtype"),
+    [("rne", None), ("rtz", None), ("stochastic", torch.uint8), ("stochastic", torch.uint32)],
+)
+def test_triton_kernel_matches_torch_path(
+    format: str, overflow: str, rounding: str, bits_dtype: torch.dtype | None
+) -> None:
     """Every bfloat16 and float16 pattern and 2^16 random float32 patterns, bit for bit."""
     for x in (ALL_16_BITS.view(torch.bfloat16), ALL_16_BITS.view(torch.float16), RANDOM_F32_BITS.view(torch.float32)):
-        kernel = fp8(x, format=format, overflow=overflow)["codes"]
-        assert_codes(kernel, x, torch_path(x, format, overflow).numpy(), f"Triton vs torch path, {x.dtype}")
+        bits = None if bits_dtype is None else random_bits_like(x, bits_dtype, 3)
+        kernel = fp8(x, format=format, overflow=overflow, rounding=rounding, random_bits=bits)["codes"]
+        expected = torch_path(x, format, overflow, rounding, bits).numpy()
+        assert_codes(kernel, x, expected, f"Triton vs torch path, {rounding} {bits_dtype} {x.dtype}")
 
 
 @pytest.mark.usefixtures("triton_interpreter")
@@ -314,9 +432,9 @@ def test_input_is_not_modified() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.uint8, torch.bool, torch.float8_e4m3fn])
 def test_rejects_other_dtypes(dtype: torch.dtype) -> None:
-    with pytest.raises(TypeError, match=r"x\.dtype=.*torch\.float32.*torch\.bfloat16.*torch\.float16") as info:
+    with pytest.raises(TypeError, match=r"x\.dtype=.*float32.*bfloat16.*float16") as info:
         fp8(torch.zeros(3, dtype=dtype), format="float8_e4m3fn", overflow="saturate")
-    assert str(dtype) in str(info.value)
+    assert f"x.dtype={str(dtype).removeprefix('torch.')}" in str(info.value)
 
 
 def test_rejects_non_tensors() -> None:
@@ -329,7 +447,7 @@ def test_rejects_non_contiguous() -> None:
         fp8(torch.ones(2, 3).t(), format="float8_e4m3fn", overflow="saturate")
 
 
-@pytest.mark.parametrize("bad", ["float8_e4m3", "float8_e4m3fnuz", "e4m3fn", ""])
+@pytest.mark.parametrize("bad", ["float8_e4m3", "float8_e4m3fnu", "e4m3fn", ""])
 def test_rejects_unknown_format(bad: str) -> None:
     with pytest.raises(ValueError, match=rf"format='{bad}'.*'float8_e4m3fn', 'float8_e5m2'"):
         fp8(torch.ones(2), format=bad, overflow="saturate")
@@ -339,3 +457,21 @@ def test_rejects_unknown_format(bad: str) -> None:
 def test_rejects_unknown_overflow(bad: str) -> None:
     with pytest.raises(ValueError, match=rf"overflow='{bad}'.*'saturate', 'nonsaturating'"):
         fp8(torch.ones(2), format="float8_e5m2", overflow=bad)
+
+
+@pytest.mark.parametrize(
+    ("rounding", "bits", "error", "match"),
+    [
+        ("up", None, ValueError, r"rounding='up'.*'rne', 'rtz', 'stochastic'"),
+        ("stochastic", None, ValueError, r"rounding='stochastic'.*random_bits"),
+        ("rne", torch.zeros(2, dtype=torch.uint8), ValueError, r"random_bits.*rounding='rne'"),
+        ("stochastic", torch.zeros(2, dtype=torch.int32), TypeError, r"random_bits\.dtype=int32.*uint8 or uint32"),
+        ("stochastic", torch.zeros(3, dtype=torch.uint8), ValueError, r"random_bits\.shape=\(3,\).*x\.shape=\(2,\)"),
+        ("stochastic", torch.zeros(4, dtype=torch.uint8)[::2], ValueError, "contiguous"),
+    ],
+)
+def test_rejects_bad_rounding_arguments(
+    rounding: str, bits: torch.Tensor | None, error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        fp8(torch.ones(2), format="float8_e4m3fn", overflow="saturate", rounding=rounding, random_bits=bits)

@@ -11,7 +11,12 @@ import torch
 
 from fast.decode import FP8_FORMATS, fp8
 
-FIELDS = {"float8_e4m3fn": (4, 3, 7), "float8_e5m2": (5, 2, 15)}
+FIELDS = {
+    "float8_e4m3fn": (4, 3, 7),
+    "float8_e5m2": (5, 2, 15),
+    "float8_e4m3fnuz": (4, 3, 8),
+    "float8_e5m2fnuz": (5, 2, 16),
+}
 """exponent bits, mantissa bits, bias"""
 ALL_CODES = torch.arange(256, dtype=torch.int32).to(torch.uint8)
 
@@ -19,9 +24,13 @@ ALL_CODES = torch.arange(256, dtype=torch.int32).to(torch.uint8)
 def expected_value(format: str, code: int) -> float:
     """The value of one code, from the OFP8 definition."""
     exponent_bits, mantissa_bits, bias = FIELDS[format]
+    if format.endswith("fnuz"):
+        if code == 0x80:
+            return math.nan
+        exponent_bits = 0  # fnuz: no special exponent, every other code is a number
     sign = -1.0 if code & 0x80 else 1.0
     exponent, mantissa = (code & 0x7F) >> mantissa_bits, code & ((1 << mantissa_bits) - 1)
-    if exponent == (1 << exponent_bits) - 1:
+    if exponent_bits and exponent == (1 << exponent_bits) - 1:
         if format == "float8_e5m2":
             return sign * math.inf if mantissa == 0 else math.nan
         if mantissa == (1 << mantissa_bits) - 1:
@@ -88,9 +97,9 @@ def test_non_contiguous_codes() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int8, torch.int32, torch.float8_e4m3fn])
 def test_rejects_other_dtypes(dtype: torch.dtype) -> None:
-    with pytest.raises(TypeError, match=r"codes\.dtype=.*codes must be torch\.uint8") as info:
+    with pytest.raises(TypeError, match=r"codes\.dtype=.*codes must be uint8") as info:
         fp8(torch.zeros(3, dtype=dtype), format="float8_e4m3fn")
-    assert str(dtype) in str(info.value)
+    assert f"codes.dtype={str(dtype).removeprefix('torch.')}" in str(info.value)
 
 
 def test_rejects_non_tensors() -> None:
@@ -98,7 +107,7 @@ def test_rejects_non_tensors() -> None:
         fp8(np.zeros(3, np.uint8), format="float8_e4m3fn")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("bad", ["float8_e5m3", "float8_e4m3fnuz", "e5m2"])
+@pytest.mark.parametrize("bad", ["float8_e5m3", "float8_e4m3fnu", "e5m2"])
 def test_rejects_unknown_format(bad: str) -> None:
     with pytest.raises(ValueError, match=rf"format='{bad}'.*'float8_e4m3fn', 'float8_e5m2'"):
         fp8(ALL_CODES, format=bad)

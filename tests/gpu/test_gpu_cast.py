@@ -1,6 +1,6 @@
 """``fast`` on a CUDA device against the NumPy reference, bit for bit (run by ``nox -s gpu``).
 
-The oracle is ``reference.cast.fp8`` (and ``reference.decode.fp8``, ``reference.glu``), never a
+The oracle is ``reference.cast`` (every cast and rounding), ``reference.decode.fp8`` and ``reference.glu``, never a
 path of ``fast`` itself, except where noted.  The 10^8-input check runs the reference on the
 host sequentially, chunk by chunk (2^24 elements per chunk, six chunks per format and policy,
 each chunk drawn once and kept): the reference rounds a chunk in about 0.15 s on one core
@@ -10,12 +10,26 @@ each chunk drawn once and kept): the reference rounds a chunk in about 0.15 s on
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-from fast.cast import FP8_FORMATS, OVERFLOW_POLICIES, PATH_ENV
+import fast.cast
+import reference.cast
+from fast.cast import (
+    E8M0_ROUNDINGS,
+    E8M0_ZERO_POLICIES,
+    FP4_FORMATS,
+    FP6_FORMATS,
+    FP8_FORMATS,
+    INT_DTYPES,
+    INT_MODES,
+    NAN_POLICIES,
+    OVERFLOW_POLICIES,
+    PATH_ENV,
+)
 from fast.cast import fp8 as fast_fp8
 from fast.decode import fp8 as fast_decode
 from fast.glu import deinterleave, interleave
@@ -109,6 +123,91 @@ def test_random_float32(format: str, overflow: str) -> None:
         got = fast_fp8(x, format=format, overflow=overflow)["codes"]
         expected = reference_fp8(bits.view(np.float32), format=format, overflow=overflow)["codes"]
         assert_same_codes(got, expected, bits, f"float32 chunk {index} {format} {overflow}")
+
+
+# %% Every cast variant: rtz / stochastic fp8, fp6, fp4, e8m0, int (bf16 patterns and >= 10^7 float32)
+
+ROUNDINGS_WITH_BITS = [("rtz", None), ("stochastic", torch.uint8), ("stochastic", torch.uint32)]
+VARIANTS: list[tuple[str, dict[str, Any], torch.dtype | None]] = [
+    *(
+        ("fp8", {"format": f, "overflow": o, "rounding": r}, bits_dtype)
+        for f in FP8_FORMATS
+        for o in OVERFLOW_POLICIES
+        for r, bits_dtype in (("rtz", None), ("stochastic", torch.uint8), ("stochastic", torch.uint32))
+    ),
+    *(
+        (family, {"format": f, "rounding": r, "nan": n}, bits_dtype)
+        for family, formats in (("fp6", FP6_FORMATS), ("fp4", FP4_FORMATS))
+        for f in formats
+        for n in NAN_POLICIES
+        for r, bits_dtype in (("rne", None), ("rtz", None), ("stochastic", torch.uint8), ("stochastic", torch.uint32))
+    ),
+    *(
+        ("e8m0", {"rounding": r, "zero": z, "overflow": o}, None)
+        for r in E8M0_ROUNDINGS
+        for z in E8M0_ZERO_POLICIES
+        for o in OVERFLOW_POLICIES
+    ),
+    *(("int_", {"dtype": d, "mode": m}, None) for d in INT_DTYPES for m in INT_MODES),
+]
+"""(function name in fast.cast and reference.cast, params, random bits dtype); fp8 rne is covered above."""
+VARIANT_IDS = [f"{family}-{'-'.join(map(str, params.values()))}-{bits}" for family, params, bits in VARIANTS]
+VARIANT_CHUNKS = 1
+"""2^24 random float32 inputs per variant (>= 10^7), plus every bfloat16 pattern."""
+
+
+def check_variant(
+    family: str, params: dict[str, Any], bits_dtype: torch.dtype | None, x_bits: np.ndarray, seed: int, device: str
+) -> None:
+    """``fast.cast.<family>`` on ``device`` against ``reference.cast.<family>``, bit for bit.
+
+    ``x_bits``: uint16 (bfloat16 patterns) or uint32 (float32 patterns); the random bits, when the
+    variant takes them, are drawn per call from ``seed``.
+    """
+    __tracebackhide__ = True
+    kwargs = dict(params)
+    reference_kwargs = dict(params)
+    if bits_dtype is not None:
+        rng = np.random.default_rng([20261123, seed])
+        numpy_dtype = np.uint8 if bits_dtype == torch.uint8 else np.uint32
+        randoms = rng.integers(0, np.iinfo(numpy_dtype).max + 1, x_bits.shape, dtype=np.uint64).astype(numpy_dtype)
+        reference_kwargs["random_bits"] = randoms
+        kwargs["random_bits"] = (
+            torch.from_numpy(randoms.view(np.int8 if numpy_dtype == np.uint8 else np.int32)).to(device).view(bits_dtype)
+        )
+    if x_bits.dtype == np.uint16:
+        x = torch.from_numpy(x_bits.view(np.int16)).to(device).view(torch.bfloat16)
+        reference_x = (x_bits.astype(np.uint32) << 16).view(np.float32)
+    else:
+        x = torch.from_numpy(x_bits.view(np.int32)).to(device).view(torch.float32)
+        reference_x = x_bits.view(np.float32)
+    got = getattr(fast.cast, family)(x, **kwargs)["codes"]
+    expected = getattr(reference.cast, family)(reference_x, **reference_kwargs)["codes"]
+    assert_same_codes(got, expected, x_bits, f"{family} {params} {bits_dtype} {x.dtype}")
+
+
+@pytest.mark.parametrize(
+    ("family", "params", "bits_dtype"),
+    VARIANTS,
+    ids=VARIANT_IDS,
+)
+def test_variant_every_bfloat16_and_random_float32(
+    family: str, params: dict[str, Any], bits_dtype: torch.dtype | None
+) -> None:
+    check_variant(family, params, bits_dtype, np.arange(1 << 16, dtype=np.uint16), seed=0, device="cuda")
+    for index in range(VARIANT_CHUNKS):
+        check_variant(family, params, bits_dtype, random_bits(index), seed=index + 1, device="cuda")
+
+
+@pytest.mark.parametrize(("format", "overflow"), COMBOS)
+@pytest.mark.parametrize(
+    ("rounding", "bits_dtype"), [("rtz", None), ("stochastic", torch.uint8), ("stochastic", torch.uint32)]
+)
+def test_fp8_rounding_random_float32(format: str, overflow: str, rounding: str, bits_dtype: torch.dtype | None) -> None:
+    """fp8 rtz and stochastic on the same 10^8 random float32 inputs as RNE, random bits drawn per chunk."""
+    params = {"format": format, "overflow": overflow, "rounding": rounding}
+    for index in range(1, RANDOM_CHUNKS):  # chunk 0 ran in the variant test
+        check_variant("fp8", params, bits_dtype, random_bits(index), seed=index + 1, device="cuda")
 
 
 # %% Shapes, launches, and the torch path on CUDA
