@@ -46,17 +46,19 @@ def eligible(spec: Spec) -> bool:
 def _hash_bits(index: np.ndarray, bits: int) -> np.ndarray:
     """A fixed pseudo-random pattern of ``bits`` bits per index (splitmix32-style mixing)."""
     z = index.astype(np.uint32) * np.uint32(0x9E3779B9)
+    for shift, factor in ((16, 0x85EBCA6B), (13, 0xC2B2AE35)):
+        z ^= z >> np.uint32(shift)
+        z *= np.uint32(factor)
     z ^= z >> np.uint32(16)
-    z *= np.uint32(0x85EBCA6B)
-    z ^= z >> np.uint32(13)
-    z *= np.uint32(0xC2B2AE35)
-    z ^= z >> np.uint32(16)
-    return z if bits == 32 else (z >> np.uint32(32 - bits))
+    if bits < 32:
+        z >>= np.uint32(32 - bits)
+    return z
 
 
 def sweep_inputs(spec: Spec, params: Mapping[str, Any], start: int, count: int) -> dict[str, TensorBits]:
     """The inputs of one chunk: float32 patterns ``start .. start+count`` and their companions."""
-    index = np.arange(start, start + count, dtype=np.uint64).astype(np.uint32)
+    index = np.arange(count, dtype=np.uint32)
+    index += np.uint32(start)  # start + count <= 2^32, so this never wraps
     active = spec.active_inputs(params)
     names = list(active)
     inputs = {names[0]: TensorBits("float32", index)}

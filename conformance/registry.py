@@ -119,6 +119,10 @@ class Spec:
     def outputs(self) -> Mapping[str, Mapping[str, Any]]:
         return self.raw["outputs"]
 
+    def active_outputs(self, params: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+        """The outputs that exist for ``params`` (those whose ``when`` holds, or has none)."""
+        return {n: d for n, d in self.outputs.items() if "when" not in d or bool(evaluate(d["when"], params))}
+
     @property
     def dims(self) -> Mapping[str, Mapping[str, Any]]:
         return self.raw.get("dims") or {}
@@ -257,6 +261,8 @@ def _check_semantics(path: Path, tree: yaml.Node, raw: Mapping[str, Any]) -> Non
             expected = f"one of {sorted(DTYPES)} or <input>.dtype"
             raise _fail(path, tree, ["outputs", name, "dtype"], f"got {out['dtype']!r}, expected {expected}")
         _check_expr(path, tree, ["outputs", name, "shape"], out["shape"], known)
+        if "when" in out:
+            _check_expr(path, tree, ["outputs", name, "when"], out["when"], set(params))
 
 
 def _check_expr(path: Path, tree: yaml.Node, keys: list[Any], source: str, known: set[str]) -> None:

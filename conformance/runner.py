@@ -122,7 +122,7 @@ class Runner:
         out: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in raw.items()}
         scope = dict(case.params)
         shapes = {name: t.shape for name, t in case.inputs.items()}
-        for name, decl in spec.outputs.items():
+        for name, decl in spec.active_outputs(case.params).items():
             bits = carrier_to_bits(out[name], spec.output_dtype(name, case.dtypes()))
             expected_shape = tuple(evaluate_expr(decl["shape"], scope, shapes))
             if bits.shape != expected_shape:
@@ -140,8 +140,9 @@ class Runner:
             return Evaluation("error", f"backend raised {outcome.exc_type}: {outcome.message}")
         if outcome.kind in ("crash", "timeout"):
             return Evaluation("error", f"backend {outcome.kind}: {outcome.message}", fatal=True)
-        dtypes = {name: spec.output_dtype(name, case.dtypes()) for name in spec.outputs}
-        mismatches = compare_outputs(spec.outputs, dtypes, case.params, reference, outcome.outputs)
+        outputs = spec.active_outputs(case.params)
+        dtypes = {name: spec.output_dtype(name, case.dtypes()) for name in outputs}
+        mismatches = compare_outputs(outputs, dtypes, case.params, reference, outcome.outputs)
         if mismatches:
             return Evaluation("fail", mismatches[0].message, mismatches)
         return Evaluation("pass")

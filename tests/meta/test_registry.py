@@ -87,3 +87,19 @@ def test_expressions_evaluate_shapes_params_and_helpers():
     assert evaluate("x.shape", {}, {"x": (2, 3)}) == (2, 3)
     with pytest.raises(SpecError):
         evaluate("x.__class__", {}, {"x": (1,)})
+
+
+def test_outputs_with_when_exist_only_where_it_holds(tmp_path):
+    rule = "compare: {kind: bitwise}"
+    text = GOOD.read_text().replace(rule, rule + '\n    when: "block_size > 2"', 1)
+    spec = load_spec(_write(tmp_path, text))
+    (name,) = spec.outputs
+    assert name in spec.active_outputs({"block_size": 4})
+    assert spec.active_outputs({"block_size": 2}) == {}
+
+
+def test_output_when_must_name_params_only(tmp_path):
+    rule = "compare: {kind: bitwise}"
+    text = GOOD.read_text().replace(rule, rule + '\n    when: "N > 2"', 1)
+    with pytest.raises(SpecError, match=r"outputs\.out\.when"):
+        load_spec(_write(tmp_path, text))
