@@ -55,8 +55,8 @@ runs is decided at each call by the environment variable ``QCONFORM_FAST_PATH``:
 
 - ``auto`` (default): the Triton kernel for CUDA tensors when Triton is importable, else torch;
 - ``triton``: always the kernel; CPU tensors need Triton's interpreter, i.e. ``TRITON_INTERPRET=1``
-  set before the kernel is first used in the process (the kernels are decorated lazily, once per
-  value of ``TRITON_INTERPRET``), which is how CI checks the kernels on machines without a GPU;
+  set before the kernel is first used in the process (``fast._triton.jit`` decorates the kernels
+  lazily, once per value of ``TRITON_INTERPRET``), which is how CI checks the kernels on machines without a GPU;
 - ``torch``: always the torch path.
 
 This module imports without Triton and queries no device at import time.
@@ -64,19 +64,13 @@ This module imports without Triton and queries no device at import time.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
 
-try:  # Triton is optional: without it every call takes the torch path.
-    import triton
-    import triton.language as tl
-except ImportError:
-    triton = None
-    tl = None
+from fast._triton import e8m0_byte, float32_bits, jit, round_to_code, tl, triton
 
 __all__ = [
     "E8M0_ROUNDINGS",
@@ -190,44 +184,23 @@ def _cast_float_kernel(
 ):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n_elements
-    raw = tl.load(x_ptr + offsets, mask=mask)
-    # ``signed`` has the input's own sign in bit 31 (widening may drop a NaN's sign); ``bits`` is the
-    # float32 pattern, for bfloat16 by a shift (module docstring).
-    signed = raw.to(tl.int32, bitcast=True) if INPUT == 0 else raw.to(tl.int16, bitcast=True).to(tl.int32)
-    bits = signed if INPUT == 0 else signed << 16 if INPUT == 1 else raw.to(tl.float32).to(tl.int32, bitcast=True)
-
-    # Round |x| to an unsigned code (see the module docstring).
-    magnitude = bits & 0x7FFFFFFF
-    exponent = tl.maximum(magnitude >> 23, 1)
-    value = tl.where(
-        exponent > 127 - BIAS,
-        magnitude - ((127 - BIAS) << 23),
-        magnitude - ((exponent - 1) << 23),
+    signed, bits = float32_bits(tl.load(x_ptr + offsets, mask=mask), INPUT)
+    random = tl.load(random_ptr + offsets, mask=mask) if ROUNDING == 2 else 0
+    code = round_to_code(
+        bits,
+        signed,
+        random,
+        MANTISSA_BITS,
+        BIAS,
+        SIGN_SHIFT,
+        SIGN_MASK,
+        SIGNED_ZERO,
+        OVERFLOW_CODE,
+        NAN_CODE,
+        NEGATIVE_NAN_CODE,
+        ROUNDING,
+        RANDOM_BITS,
     )
-    full_shift = tl.maximum((151 - MANTISSA_BITS - BIAS) - exponent, 23 - MANTISSA_BITS)
-    shift = tl.minimum(full_shift, 31)
-    if ROUNDING == 0:  # rne
-        code = (value + ((1 << (shift - 1)) - 1) + ((value >> shift) & 1)) >> shift
-    elif ROUNDING == 1:  # rtz
-        code = value >> shift
-    else:  # stochastic: q = floor(d * 2^k / 2^s) > 2^k - 1 - r, in uint32
-        kept = value >> shift
-        dropped = (value - (kept << shift)).to(tl.uint32, bitcast=True)
-        left = tl.maximum(RANDOM_BITS - full_shift, 0).to(tl.uint32)
-        right = tl.minimum(tl.maximum(full_shift - RANDOM_BITS, 0), 31).to(tl.uint32)
-        q = (dropped << left) >> right
-        if RANDOM_BITS == 32:
-            limit = ~tl.load(random_ptr + offsets, mask=mask).to(tl.uint32, bitcast=True)
-        else:
-            limit = 255 - tl.load(random_ptr + offsets, mask=mask).to(tl.uint32)
-        code = kept + (q > limit).to(tl.int32)
-
-    # Overflow policy, sign, NaN.
-    code = tl.minimum(code, OVERFLOW_CODE)
-    sign = (signed >> SIGN_SHIFT) & SIGN_MASK
-    if not SIGNED_ZERO:
-        sign = tl.where(code == 0, 0, sign)
-    code = tl.where(magnitude > 0x7F800000, tl.where(signed < 0, NEGATIVE_NAN_CODE, NAN_CODE), code | sign)
     tl.store(codes_ptr + offsets, code.to(tl.uint8), mask=mask)
 
 
@@ -244,20 +217,9 @@ def _cast_e8m0_kernel(
 ):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n_elements
-    raw = tl.load(x_ptr + offsets, mask=mask)
-    # ``signed`` has the input's own sign in bit 31 (widening may drop a NaN's sign); ``bits`` is the
-    # float32 pattern, for bfloat16 by a shift (module docstring).
-    signed = raw.to(tl.int32, bitcast=True) if INPUT == 0 else raw.to(tl.int16, bitcast=True).to(tl.int32)
-    bits = signed if INPUT == 0 else signed << 16 if INPUT == 1 else raw.to(tl.float32).to(tl.int32, bitcast=True)
-    magnitude = bits & 0x7FFFFFFF
-    exponent = magnitude >> 23
-    threshold = tl.where(exponent == 0, SUBNORMAL_THRESHOLD, NORMAL_THRESHOLD)
-    byte = exponent + ((magnitude & 0x7FFFFF) >= threshold).to(tl.int32)
-    byte = tl.where(byte > 0xFE, OVERFLOW_BYTE, byte)
-    not_a_scale = magnitude > 0x7F800000
-    if ZERO_IS_NAN:
-        not_a_scale = not_a_scale | (signed <= 0)
-    tl.store(codes_ptr + offsets, tl.where(not_a_scale, 0xFF, byte).to(tl.uint8), mask=mask)
+    signed, bits = float32_bits(tl.load(x_ptr + offsets, mask=mask), INPUT)
+    byte = e8m0_byte(bits, signed, SUBNORMAL_THRESHOLD, NORMAL_THRESHOLD, OVERFLOW_BYTE, ZERO_IS_NAN)
+    tl.store(codes_ptr + offsets, byte.to(tl.uint8), mask=mask)
 
 
 def _cast_int_kernel(
@@ -273,11 +235,7 @@ def _cast_int_kernel(
 ):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n_elements
-    raw = tl.load(x_ptr + offsets, mask=mask)
-    # ``signed`` has the input's own sign in bit 31 (widening may drop a NaN's sign); ``bits`` is the
-    # float32 pattern, for bfloat16 by a shift (module docstring).
-    signed = raw.to(tl.int32, bitcast=True) if INPUT == 0 else raw.to(tl.int16, bitcast=True).to(tl.int32)
-    bits = signed if INPUT == 0 else signed << 16 if INPUT == 1 else raw.to(tl.float32).to(tl.int32, bitcast=True)
+    signed, bits = float32_bits(tl.load(x_ptr + offsets, mask=mask), INPUT)
     magnitude = bits & 0x7FFFFFFF
     negative = signed >> 31  # 0 or -1: (i ^ negative) - negative is i or -i
     if CLAMP:  # rne_clamp: magnitudes from 2**15 up are beyond every range; clamp them there first
@@ -325,21 +283,11 @@ _MAX_LAUNCH = 1 << 30
 """Elements per launch: keeps ``program_id * BLOCK + arange`` inside int32 (and a multiple of every BLOCK)."""
 
 
-@functools.cache
-def _jit_kernel(kernel: Callable[..., None], interpret_env: str | None) -> Any:
-    """``triton.jit(kernel)``; decorated again whenever ``TRITON_INTERPRET`` (the key) changes.
-
-    ``triton.jit`` reads ``TRITON_INTERPRET`` when it decorates, so decorating here rather than at
-    import lets a process that already imported this module still switch the interpreter on.
-    """
-    return triton.jit(kernel)
-
-
 def _launch(kernel: Callable[..., None], x: torch.Tensor, tensors: list[torch.Tensor], **meta: int) -> None:
     """Run ``kernel(*tensors, n, **meta)`` over contiguous ``x`` (whose flat view is ``tensors[0]``'s)."""
     from triton.runtime.interpreter import InterpretedFunction
 
-    jitted = _jit_kernel(kernel, os.environ.get("TRITON_INTERPRET"))
+    jitted = jit(kernel)
     if x.device.type != "cuda" and not isinstance(jitted, InterpretedFunction):
         raise RuntimeError(
             f"Got {PATH_ENV}=triton and x on {x.device}, but the Triton kernel runs CPU tensors only in Triton's "
@@ -423,6 +371,7 @@ def _float_torch(x: torch.Tensor, random_bits: torch.Tensor | None, codes: torch
         elif cast.rounding == _ROUNDING_IDS["rtz"]:
             code = value >> shift
         else:
+            assert random_bits is not None  # checked by the public functions
             width = _RANDOM_DTYPES[random_bits.dtype]
             code = value >> shift
             dropped = (value - (code << shift)).long()

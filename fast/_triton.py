@@ -1,0 +1,145 @@
+"""Triton plumbing shared by the kernels of ``fast/``: mode-aware jit and the rounding device functions.
+
+Kernels and device functions are written as plain Python functions and decorated lazily by
+:func:`jit`, once per value of ``TRITON_INTERPRET``: ``triton.jit`` reads that variable when it
+decorates, and an interpreted kernel cannot call a device function decorated for the compiler (or
+the other way round).  :func:`jit` therefore decorates the kernel together with every function
+marked :func:`device` that it names, recursively, each bound for the same mode.  A process that
+imported ``fast`` can still switch the interpreter on before its first launch (CI checks the
+kernels on CPU this way).
+
+Device functions
+----------------
+- :func:`float32_bits`: an input block (float32, bfloat16 or float16) as ``(signed, bits)``: the
+  input's own sign in bit 31 of ``signed`` (widening can drop a NaN's sign) and the exact float32
+  bit pattern ``bits`` (bfloat16 by a 16-bit shift: Triton 3.9's interpreter flushes bfloat16
+  subnormals in ``.to(tl.float32)``).
+- :func:`round_to_code`: the integer rounding core of every narrow float cast (fp8, fp6, fp4):
+  rounding (nearest even, toward zero, stochastic with explicit random bits), the overflow code,
+  the sign and the NaN codes.  ``fast/cast.py``'s module docstring derives it.
+- :func:`e8m0_byte`: an E8M0 scale byte from float32 bits and the mantissa thresholds of a rounding.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import types
+from collections.abc import Callable
+from typing import Any
+
+try:  # Triton is optional: ``fast`` imports without it and takes its torch paths.
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
+    tl = None
+
+__all__ = ["device", "e8m0_byte", "float32_bits", "jit", "round_to_code"]
+
+_DEVICE_MARK = "__qconform_device__"
+
+
+def device(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark ``fn`` as a Triton device function, decorated by :func:`jit` with the kernels that call it."""
+    setattr(fn, _DEVICE_MARK, True)
+    return fn
+
+
+def jit(fn: Callable[..., Any]) -> Any:
+    """``triton.jit(fn)`` for the current ``TRITON_INTERPRET``, with its device functions bound alike."""
+    return _jit(fn, os.environ.get("TRITON_INTERPRET"))
+
+
+@functools.cache
+def _jit(fn: Callable[..., Any], interpret_env: str | None) -> Any:
+    namespace = dict(fn.__globals__)
+    for name in fn.__code__.co_names:
+        target = namespace.get(name)
+        if getattr(target, _DEVICE_MARK, False):
+            namespace[name] = _jit(target, interpret_env)
+    bound = types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
+    bound.__module__, bound.__qualname__, bound.__doc__ = fn.__module__, fn.__qualname__, fn.__doc__
+    bound.__annotations__ = dict(fn.__annotations__)
+    return triton.jit(bound)
+
+
+@device
+def float32_bits(raw, INPUT: tl.constexpr):
+    """``(signed, bits)`` of an input block; INPUT 0 float32, 1 bfloat16, 2 float16."""
+    signed = raw.to(tl.int32, bitcast=True) if INPUT == 0 else raw.to(tl.int16, bitcast=True).to(tl.int32)
+    bits = signed if INPUT == 0 else signed << 16 if INPUT == 1 else raw.to(tl.float32).to(tl.int32, bitcast=True)
+    return signed, bits
+
+
+@device
+def round_to_code(
+    bits,
+    signed,
+    random,
+    MANTISSA_BITS: tl.constexpr,
+    BIAS: tl.constexpr,
+    SIGN_SHIFT: tl.constexpr,
+    SIGN_MASK: tl.constexpr,
+    SIGNED_ZERO: tl.constexpr,
+    OVERFLOW_CODE: tl.constexpr,
+    NAN_CODE: tl.constexpr,
+    NEGATIVE_NAN_CODE: tl.constexpr,
+    ROUNDING: tl.constexpr,
+    RANDOM_BITS: tl.constexpr,
+):
+    """The int32 code of float32 ``bits`` (sign from ``signed``); ``random`` is used by stochastic rounding only.
+
+    ROUNDING 0 rne, 1 rtz, 2 stochastic with RANDOM_BITS-bit ``random`` (uint8 values, or uint32
+    carried as int32).  OVERFLOW_CODE is the largest finite magnitude code (saturate) or the one
+    after it (non-saturating).
+    """
+    magnitude = bits & 0x7FFFFFFF
+    exponent = tl.maximum(magnitude >> 23, 1)
+    value = tl.where(
+        exponent > 127 - BIAS,
+        magnitude - ((127 - BIAS) << 23),
+        magnitude - ((exponent - 1) << 23),
+    )
+    full_shift = tl.maximum((151 - MANTISSA_BITS - BIAS) - exponent, 23 - MANTISSA_BITS)
+    shift = tl.minimum(full_shift, 31)
+    if ROUNDING == 0:  # rne
+        code = (value + ((1 << (shift - 1)) - 1) + ((value >> shift) & 1)) >> shift
+    elif ROUNDING == 1:  # rtz
+        code = value >> shift
+    else:  # stochastic: q = floor(d * 2^k / 2^s) > 2^k - 1 - r, in uint32
+        kept = value >> shift
+        dropped = (value - (kept << shift)).to(tl.uint32, bitcast=True)
+        left = tl.maximum(RANDOM_BITS - full_shift, 0).to(tl.uint32)
+        right = tl.minimum(tl.maximum(full_shift - RANDOM_BITS, 0), 31).to(tl.uint32)
+        q = (dropped << left) >> right
+        limit = ~random.to(tl.uint32, bitcast=True) if RANDOM_BITS == 32 else 255 - random.to(tl.uint32)
+        code = kept + (q > limit).to(tl.int32)
+
+    # Overflow policy, sign, NaN.
+    code = tl.minimum(code, OVERFLOW_CODE)
+    sign = (signed >> SIGN_SHIFT) & SIGN_MASK
+    if not SIGNED_ZERO:
+        sign = tl.where(code == 0, 0, sign)
+    return tl.where(magnitude > 0x7F800000, tl.where(signed < 0, NEGATIVE_NAN_CODE, NAN_CODE), code | sign)
+
+
+@device
+def e8m0_byte(
+    bits,
+    signed,
+    SUBNORMAL_THRESHOLD: tl.constexpr,
+    NORMAL_THRESHOLD: tl.constexpr,
+    OVERFLOW_BYTE: tl.constexpr,
+    ZERO_IS_NAN: tl.constexpr,
+):
+    """The int32 E8M0 byte of float32 ``bits``: exponent field plus a carry when the mantissa reaches the threshold."""
+    magnitude = bits & 0x7FFFFFFF
+    exponent = magnitude >> 23
+    threshold = tl.where(exponent == 0, SUBNORMAL_THRESHOLD, NORMAL_THRESHOLD)
+    byte = exponent + ((magnitude & 0x7FFFFF) >= threshold).to(tl.int32)
+    byte = tl.where(byte > 0xFE, OVERFLOW_BYTE, byte)
+    not_a_scale = magnitude > 0x7F800000
+    if ZERO_IS_NAN:
+        not_a_scale = not_a_scale | (signed <= 0)
+    return tl.where(not_a_scale, 0xFF, byte)
