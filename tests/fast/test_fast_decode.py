@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from fast import decode
 from fast.decode import FP8_FORMATS, fp8
 
 FIELDS = {
@@ -111,3 +112,29 @@ def test_rejects_non_tensors() -> None:
 def test_rejects_unknown_format(bad: str) -> None:
     with pytest.raises(ValueError, match=rf"format='{bad}'.*'float8_e4m3fn', 'float8_e5m2'"):
         fp8(ALL_CODES, format=bad)
+
+
+DECODERS = {
+    **{f: (lambda c, f=f: fp8(c, format=f)) for f in FP8_FORMATS},
+    **{f: (lambda c, f=f: decode.fp6(c, format=f)) for f in decode.FP6_FORMATS},
+    **{f: (lambda c, f=f: decode.fp4(c, format=f)) for f in decode.FP4_FORMATS},
+    "float8_e8m0fnu": decode.e8m0,
+}
+WIDTHS = {"float6_e2m3fn": 6, "float6_e3m2fn": 6, "float4_e2m1fn": 4}
+
+
+@pytest.mark.parametrize("format", DECODERS)
+def test_triton_kernel_matches_the_table_on_every_code(monkeypatch: pytest.MonkeyPatch, format: str) -> None:
+    """The Triton kernel (in the interpreter) gives the table's bits on every code; NaNs keep their sign."""
+    pytest.importorskip("triton")
+    codes = torch.arange(1 << WIDTHS.get(format, 8), dtype=torch.int32).to(torch.uint8).reshape(-1, 4)
+    monkeypatch.setenv("QCONFORM_FAST_PATH", "torch")
+    table = DECODERS[format](codes)["values"].view(torch.int32)
+    monkeypatch.setenv("QCONFORM_FAST_PATH", "triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    kernel = DECODERS[format](codes)["values"]
+    assert kernel.shape == codes.shape and kernel.dtype == torch.float32
+    nan = table.view(torch.float32).isnan()
+    assert torch.equal(kernel.isnan(), nan)
+    assert torch.equal(kernel.view(torch.int32)[~nan], table[~nan])
+    assert torch.equal(kernel.view(torch.int32)[nan] < 0, table[nan] < 0)
