@@ -35,9 +35,34 @@ except ImportError:
     triton = None
     tl = None
 
-__all__ = ["device", "e8m0_byte", "float32_bits", "jit", "round_to_code"]
+__all__ = ["PATH_ENV", "device", "e8m0_byte", "float32_bits", "jit", "round_to_code", "selected_path"]
+
+PATH_ENV = "QCONFORM_FAST_PATH"
+"""Environment variable choosing the implementation at each call: ``auto``, ``triton`` or ``torch``."""
+_PATHS: tuple[str, ...] = ("auto", "triton", "torch")
 
 _DEVICE_MARK = "__qconform_device__"
+
+
+def selected_path(tensor_device: Any) -> str:
+    """``"triton"`` or ``"torch"`` for tensors on ``tensor_device``, from ``QCONFORM_FAST_PATH``.
+
+    ``auto`` (default): the kernel for CUDA tensors when Triton is importable, else torch; ``triton``:
+    always the kernel (CPU tensors then need ``TRITON_INTERPRET=1``); ``torch``: always the torch path.
+    """
+    choice = os.environ.get(PATH_ENV, "auto")
+    if choice not in _PATHS:
+        raise ValueError(f"Got {PATH_ENV}={choice!r}, but {PATH_ENV} must be one of {list(_PATHS)}")
+    if choice == "auto":
+        return "triton" if tensor_device.type == "cuda" and triton is not None else "torch"
+    if choice == "triton" and triton is None:
+        raise RuntimeError(f"Got {PATH_ENV}=triton, but triton is not installed")
+    if choice == "triton" and tensor_device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError(
+            f"Got {PATH_ENV}=triton and a tensor on {tensor_device}, but the Triton kernels run CPU tensors only in "
+            "Triton's interpreter: set TRITON_INTERPRET=1 before the first call in this process"
+        )
+    return choice
 
 
 def device(fn: Callable[..., Any]) -> Callable[..., Any]:

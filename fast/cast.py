@@ -64,13 +64,12 @@ This module imports without Triton and queries no device at import time.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
 
-from fast._triton import e8m0_byte, float32_bits, jit, round_to_code, tl, triton
+from fast._triton import PATH_ENV, e8m0_byte, float32_bits, jit, round_to_code, selected_path, tl, triton
 
 __all__ = [
     "E8M0_ROUNDINGS",
@@ -103,10 +102,7 @@ E8M0_ROUNDINGS: tuple[str, ...] = ("floor", "ceil", "nearest_up")
 E8M0_ZERO_POLICIES: tuple[str, ...] = ("min", "nan")
 INT_DTYPES: tuple[str, ...] = ("int8", "int4", "uint4")
 INT_MODES: tuple[str, ...] = ("rne_clamp", "truncate_wrap")
-PATH_ENV = "QCONFORM_FAST_PATH"
-"""Environment variable choosing the implementation at each call: ``auto``, ``triton`` or ``torch``."""
 
-_PATHS: tuple[str, ...] = ("auto", "triton", "torch")
 _INPUT_DTYPES: dict[torch.dtype, int] = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 """Accepted input dtypes and the kernels' ``INPUT`` id for each: 0 float32, 1 bfloat16, 2 float16."""
 _RANDOM_DTYPES: dict[torch.dtype, int] = {torch.uint8: 8, torch.uint32: 32}
@@ -285,14 +281,7 @@ _MAX_LAUNCH = 1 << 30
 
 def _launch(kernel: Callable[..., None], x: torch.Tensor, tensors: list[torch.Tensor], **meta: int) -> None:
     """Run ``kernel(*tensors, n, **meta)`` over contiguous ``x`` (whose flat view is ``tensors[0]``'s)."""
-    from triton.runtime.interpreter import InterpretedFunction
-
     jitted = jit(kernel)
-    if x.device.type != "cuda" and not isinstance(jitted, InterpretedFunction):
-        raise RuntimeError(
-            f"Got {PATH_ENV}=triton and x on {x.device}, but the Triton kernel runs CPU tensors only in Triton's "
-            "interpreter: set TRITON_INTERPRET=1 before the first call in this process"
-        )
     flats = [tensor.view(-1) for tensor in tensors]
     block = _BLOCK_BYTES // x.element_size()
     for start in range(0, x.numel(), _MAX_LAUNCH):
@@ -495,7 +484,7 @@ def _cast_float(x: torch.Tensor, random_bits: torch.Tensor | None, cast: _FloatC
     """Run the selected path of a float cast (arguments already checked)."""
     codes = torch.empty(x.shape, dtype=torch.uint8, device=x.device)
     if x.numel() > 0:
-        run = _float_triton if _selected_path(x.device) == "triton" else _float_torch
+        run = _float_triton if selected_path(x.device) == "triton" else _float_torch
         run(x, random_bits, codes, cast)
     return {"codes": codes}
 
@@ -686,7 +675,7 @@ def e8m0(x: torch.Tensor, *, rounding: str, zero: str, overflow: str) -> dict[st
     _check_x(x)
     codes = torch.empty(x.shape, dtype=torch.uint8, device=x.device)
     if x.numel() > 0:
-        if _selected_path(x.device) == "triton":
+        if selected_path(x.device) == "triton":
             subnormal_threshold, normal_threshold = _E8M0_THRESHOLDS[rounding]
             _launch(
                 _cast_e8m0_kernel,
@@ -734,7 +723,7 @@ def int_(x: torch.Tensor, *, dtype: str, mode: str) -> dict[str, torch.Tensor]:
     _check_x(x)
     codes = torch.empty(x.shape, dtype=torch.uint8, device=x.device)
     if x.numel() > 0:
-        if _selected_path(x.device) == "triton":
+        if selected_path(x.device) == "triton":
             lowest, highest, code_mask = _INT_RANGES[dtype]
             _launch(
                 _cast_int_kernel,
@@ -748,18 +737,6 @@ def int_(x: torch.Tensor, *, dtype: str, mode: str) -> dict[str, torch.Tensor]:
         else:
             _int_torch(x, codes, dtype, mode)
     return {"codes": codes}
-
-
-def _selected_path(device: torch.device) -> str:
-    """``"triton"`` or ``"torch"``, from ``QCONFORM_FAST_PATH`` and the device."""
-    choice = os.environ.get(PATH_ENV, "auto")
-    if choice not in _PATHS:
-        raise ValueError(f"Got {PATH_ENV}={choice!r}, but {PATH_ENV} must be one of {list(_PATHS)}")
-    if choice == "auto":
-        return "triton" if device.type == "cuda" and triton is not None else "torch"
-    if choice == "triton" and triton is None:
-        raise RuntimeError(f"Got {PATH_ENV}=triton, but triton is not installed")
-    return choice
 
 
 # %% Benchmark

@@ -7,19 +7,18 @@ On CUDA that gather runs at a fifth of the copy bandwidth (int64 indices), so CU
 Triton kernel that builds each float32 bit pattern from the code's fields instead: normal codes
 rebias the exponent and shift the mantissa into place, subnormal codes are ``M * 2**(1 - bias - m)``
 (an exact float32 product), and the format's specials (Inf, NaN) are masked in.  The path is chosen
-as in ``fast/cast.py``: ``QCONFORM_FAST_PATH`` = ``auto`` (the kernel for CUDA tensors when Triton
-is importable), ``triton`` (always; CPU tensors need ``TRITON_INTERPRET=1``) or ``torch``.
+by ``QCONFORM_FAST_PATH`` (``fast._triton.selected_path``).  fp6 and fp4 codes are checked for bits
+above their width: the kernel raises a flag as it decodes, so valid input costs no extra pass.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from typing import NamedTuple
 
 import torch
 
-from fast._triton import jit, tl, triton
+from fast._triton import jit, selected_path, tl, triton
 
 __all__ = ["FP4_FORMATS", "FP6_FORMATS", "FP8_FORMATS", "e8m0", "fp4", "fp6", "fp8"]
 
@@ -29,7 +28,6 @@ FP4_FORMATS: tuple[str, ...] = ("float4_e2m1fn",)
 
 _F32_QUIET_NAN = 0x7FC00000
 _F32_INF = 0x7F800000
-_PATH_ENV = "QCONFORM_FAST_PATH"
 _SPECIALS: dict[str, int] = {"ieee": 0, "fn": 1, "fnuz": 2, "finite": 3, "e8m0": 4}
 """The kernel's SPECIALS id of each ``_Format.specials`` (``e8m0``: the scale bytes)."""
 _BLOCK = 4096
@@ -120,8 +118,7 @@ def fp6(codes: torch.Tensor, *, format: str) -> dict[str, torch.Tensor]:
     """
     _check_codes(codes)
     _check_format(format, FP6_FORMATS)
-    _check_width(codes, 6)
-    return {"values": _decode(codes, format)}
+    return {"values": _decode(codes, format, 6)}
 
 
 def fp4(codes: torch.Tensor, *, format: str) -> dict[str, torch.Tensor]:
@@ -145,8 +142,7 @@ def fp4(codes: torch.Tensor, *, format: str) -> dict[str, torch.Tensor]:
     """
     _check_codes(codes)
     _check_format(format, FP4_FORMATS)
-    _check_width(codes, 4)
-    return {"values": _decode(codes, format)}
+    return {"values": _decode(codes, format, 4)}
 
 
 def e8m0(codes: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -167,27 +163,29 @@ def e8m0(codes: torch.Tensor) -> dict[str, torch.Tensor]:
     return {"values": _decode(codes, "float8_e8m0fnu")}
 
 
-def _decode(codes: torch.Tensor, format: str) -> torch.Tensor:
-    """The selected path: the Triton kernel or the table gather (format ``float8_e8m0fnu``: scale bytes)."""
-    choice = os.environ.get(_PATH_ENV, "auto")
-    if choice not in ("auto", "triton", "torch"):
-        raise ValueError(f"Got {_PATH_ENV}={choice!r}, but it must be one of ['auto', 'triton', 'torch']")
-    use_kernel = choice == "triton" or (choice == "auto" and codes.device.type == "cuda" and triton is not None)
-    if not use_kernel:
+def _decode(codes: torch.Tensor, format: str, width: int = 8) -> torch.Tensor:
+    """The selected path: the Triton kernel or the table gather (format ``float8_e8m0fnu``: scale bytes).
+
+    Codes narrower than a byte (``width`` 6 or 4) are checked: the kernel flags any byte with bits
+    above ``width`` as it decodes (one atomic per program), and only then is the first one located.
+    """
+    if selected_path(codes.device) == "torch":
+        if width < 8:
+            _check_width(codes, width)
         table = _e8m0_table(codes.device) if format == "float8_e8m0fnu" else _table(format, codes.device)
         return table[codes.long()]
     values = torch.empty(codes.shape, dtype=torch.float32, device=codes.device)
     if codes.numel() == 0:
         return values
     flat = codes.contiguous().view(-1)
+    flag = torch.zeros(1, dtype=torch.int32, device=codes.device)
     fmt = _FORMATS.get(format, _Format(8, 0, 127, "e8m0"))
-    kernel = jit(_decode_kernel)
-    if codes.device.type != "cuda" and not os.environ.get("TRITON_INTERPRET") == "1":
-        raise RuntimeError(f"Got {_PATH_ENV}=triton and codes on {codes.device}: set TRITON_INTERPRET=1 first")
-    kernel[(triton.cdiv(flat.numel(), _BLOCK),)](
+    jit(_decode_kernel)[(triton.cdiv(flat.numel(), _BLOCK),)](
         flat,
         values.view(-1),
+        flag,
         flat.numel(),
+        WIDTH=width,
         EXPONENT_BITS=fmt.exponent_bits,
         MANTISSA_BITS=fmt.mantissa_bits,
         BIAS=fmt.bias,
@@ -197,13 +195,17 @@ def _decode(codes: torch.Tensor, format: str) -> torch.Tensor:
         BLOCK=_BLOCK,
         num_warps=8,
     )
+    if width < 8 and int(flag.item()) != 0:
+        _check_width(codes, width)
     return values
 
 
 def _decode_kernel(
     codes_ptr,
     values_ptr,
+    flag_ptr,
     n_elements,
+    WIDTH: tl.constexpr,
     EXPONENT_BITS: tl.constexpr,
     MANTISSA_BITS: tl.constexpr,
     BIAS: tl.constexpr,
@@ -215,6 +217,8 @@ def _decode_kernel(
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n_elements
     code = tl.load(codes_ptr + offsets, mask=mask).to(tl.int32)
+    if WIDTH < 8:  # flag bytes that are not WIDTH-bit codes (the caller then names the first one)
+        tl.atomic_or(flag_ptr, tl.max(code >> WIDTH, axis=0))
     if SPECIALS == 4:  # e8m0: 2**(b - 127); 0x00 is the float32 subnormal 2**-127; 0xFF is NaN
         bits = tl.where(code == 0, 0x00400000, tl.where(code == 0xFF, 0x7FC00000, code << 23))
     else:

@@ -1,11 +1,16 @@
-"""Unpacking of two 4-bit codes per byte (contract ``unpack.nibbles``): torch ops on any device.
+"""Unpacking of two 4-bit codes per byte (contract ``unpack.nibbles``): a Triton kernel for CUDA, torch ops elsewhere.
 
-There is no kernel: a mask, a shift and an interleaving copy serve CPU and CUDA alike.
+The kernel writes each byte's two codes as one little-endian 16-bit word (the first code in its low
+byte): one byte load and one 2-byte store per input byte.  ``odd=True`` (the output's last axis is
+odd) and the ``torch`` path (``QCONFORM_FAST_PATH``) use torch ops: a mask, a shift and an
+interleaving copy.
 """
 
 from __future__ import annotations
 
 import torch
+
+from fast._triton import jit, selected_path, tl, triton
 
 __all__ = ["NIBBLE_ORDERS", "nibbles"]
 
@@ -50,7 +55,31 @@ def nibbles(packed: torch.Tensor, *, order: str = "low_first", odd: bool = False
             f"Got odd=True and packed.shape={tuple(packed.shape)}, but odd=True drops the last nibble, "
             "so packed needs at least one byte along its last axis"
         )
+    if not odd and packed.numel() > 0 and selected_path(packed.device) == "triton":
+        return {"codes": _unpack_triton(packed.contiguous(), order)}
     low, high = packed & 0xF, packed >> 4
     first, second = (low, high) if order == "low_first" else (high, low)
     codes = torch.stack([first, second], dim=-1).reshape(*packed.shape[:-1], 2 * packed.shape[-1])
     return {"codes": codes[..., : codes.shape[-1] - int(odd)].contiguous()}
+
+
+_BLOCK = 4096
+"""Input bytes per program."""
+
+
+def _unpack_triton(packed: torch.Tensor, order: str) -> torch.Tensor:
+    codes = torch.empty((*packed.shape[:-1], 2 * packed.shape[-1]), dtype=torch.uint8, device=packed.device)
+    flat = packed.view(-1)
+    jit(_unpack_kernel)[(triton.cdiv(flat.numel(), _BLOCK),)](
+        flat, codes.view(-1).view(torch.int16), flat.numel(), LOW_FIRST=order == "low_first", BLOCK=_BLOCK, num_warps=4
+    )
+    return codes
+
+
+def _unpack_kernel(packed_ptr, words_ptr, n_bytes, LOW_FIRST: tl.constexpr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n_bytes
+    byte = tl.load(packed_ptr + offsets, mask=mask).to(tl.int32)
+    low, high = byte & 0xF, byte >> 4
+    word = low | (high << 8) if LOW_FIRST else high | (low << 8)
+    tl.store(words_ptr + offsets, word.to(tl.int16), mask=mask)

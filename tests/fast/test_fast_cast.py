@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+import fast._triton
 import fast.cast
 import fast.decode
 from fast.cast import FP8_FORMATS, OVERFLOW_POLICIES, PATH_ENV, fp8
@@ -392,14 +393,14 @@ def test_forced_triton_on_cpu_needs_the_interpreter(monkeypatch: pytest.MonkeyPa
 
 
 def test_forced_triton_without_triton(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fast.cast, "triton", None)
+    monkeypatch.setattr(fast._triton, "triton", None)
     monkeypatch.setenv(PATH_ENV, "triton")
     with pytest.raises(RuntimeError, match="triton is not installed"):
         fp8(torch.ones(4), format="float8_e4m3fn", overflow="saturate")
 
 
 def test_auto_without_triton_uses_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fast.cast, "triton", None)
+    monkeypatch.setattr(fast._triton, "triton", None)
     monkeypatch.delenv(PATH_ENV, raising=False)
     assert fp8(torch.tensor([125.8]), format="float8_e4m3fn", overflow="saturate")["codes"].tolist() == [0x70]
 
