@@ -167,7 +167,8 @@ def _decode(codes: torch.Tensor, format: str, width: int = 8) -> torch.Tensor:
     """The selected path: the Triton kernel or the table gather (format ``float8_e8m0fnu``: scale bytes).
 
     Codes narrower than a byte (``width`` 6 or 4) are checked: the kernel flags any byte with bits
-    above ``width`` as it decodes (one atomic per program), and only then is the first one located.
+    above ``width`` as it decodes (only an offending byte issues the atomic), and only then is the
+    first one located.
     """
     if selected_path(codes.device) == "torch":
         if width < 8:
@@ -218,7 +219,8 @@ def _decode_kernel(
     mask = offsets < n_elements
     code = tl.load(codes_ptr + offsets, mask=mask).to(tl.int32)
     if WIDTH < 8:  # flag bytes that are not WIDTH-bit codes (the caller then names the first one)
-        tl.atomic_or(flag_ptr, tl.max(code >> WIDTH, axis=0))
+        above = code >> WIDTH
+        tl.atomic_or(flag_ptr + offsets * 0, above, mask=mask & (above != 0))
     if SPECIALS == 4:  # e8m0: 2**(b - 127); 0x00 is the float32 subnormal 2**-127; 0xFF is NaN
         bits = tl.where(code == 0, 0x00400000, tl.where(code == 0xFF, 0x7FC00000, code << 23))
     else:

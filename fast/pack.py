@@ -88,7 +88,8 @@ def _pack_kernel(words_ptr, packed_ptr, flag_ptr, n_words, LOW_FIRST: tl.constex
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n_words
     word = tl.load(words_ptr + offsets, mask=mask, other=0).to(tl.int32) & 0xFFFF
-    tl.atomic_or(flag_ptr, tl.max(word & 0xF0F0, axis=0))
+    above = word & 0xF0F0
+    tl.atomic_or(flag_ptr + offsets * 0, above, mask=mask & (above != 0))
     first, second = word & 0xF, (word >> 8) & 0xF
     byte = first | (second << 4) if LOW_FIRST else (first << 4) | second
     tl.store(packed_ptr + offsets, byte.to(tl.uint8), mask=mask)

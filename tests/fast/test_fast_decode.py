@@ -138,3 +138,17 @@ def test_triton_kernel_matches_the_table_on_every_code(monkeypatch: pytest.Monke
     assert torch.equal(kernel.isnan(), nan)
     assert torch.equal(kernel.view(torch.int32)[~nan], table[~nan])
     assert torch.equal(kernel.view(torch.int32)[nan] < 0, table[nan] < 0)
+
+
+@pytest.mark.parametrize(("format", "bad"), [("float6_e2m3fn", 64), ("float4_e2m1fn", 16)])
+def test_triton_kernel_names_the_first_byte_that_is_not_a_code(
+    monkeypatch: pytest.MonkeyPatch, format: str, bad: int
+) -> None:
+    pytest.importorskip("triton")
+    monkeypatch.setenv("QCONFORM_FAST_PATH", "triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    codes = torch.zeros((2, 6), dtype=torch.uint8)
+    codes[1, 3] = bad
+    codes[1, 5] = 255
+    with pytest.raises(ValueError, match=rf"codes\[1, 3\]={bad}, but codes must hold"):
+        DECODERS[format](codes)
