@@ -233,16 +233,13 @@ def _cast_int_kernel(
     mask = offsets < n_elements
     signed, bits = float32_bits(tl.load(x_ptr + offsets, mask=mask), INPUT)
     magnitude = bits & 0x7FFFFFFF
-    negative = signed >> 31  # 0 or -1: (i ^ negative) - negative is i or -i
-    if CLAMP:  # rne_clamp: magnitudes from 2**15 up are beyond every range; clamp them there first
-        clamped = tl.minimum(magnitude, 0x47000000)  # _INT_CLAMP_BITS
-        exponent = tl.maximum(clamped >> 23, 1)
-        significand = clamped - ((exponent - 1) << 23)
-        shift = tl.minimum(150 - exponent, 31)
-        integer = (significand + ((1 << (shift - 1)) - 1) + ((significand >> shift) & 1)) >> shift
-        value = tl.minimum(tl.maximum((integer ^ negative) - negative, LOWEST), HIGHEST)
-        value = tl.where(magnitude > 0x7F800000, 0, value)
+    if CLAMP:  # rne_clamp: clamp in float32 (bounds are integers, so clamping first changes nothing), then
+        # round half to even by the float32 addition of 1.5 * 2**23, exact for |v| <= 2**22; NaN gives 0
+        clamped = tl.minimum(tl.maximum(bits.to(tl.float32, bitcast=True), LOWEST), HIGHEST)
+        rounded = (clamped + 12582912.0) - 12582912.0
+        value = tl.where(magnitude > 0x7F800000, 0, rounded.to(tl.int32))
     else:  # truncate_wrap: only the low 8 bits of the integer part matter (NaN and Inf leave 0 there)
+        negative = signed >> 31  # 0 or -1: (i ^ negative) - negative is i or -i
         exponent = tl.maximum(magnitude >> 23, 1)
         significand = magnitude - ((exponent - 1) << 23)
         left = tl.minimum(tl.maximum(exponent - 150, 0), 8)
@@ -253,7 +250,7 @@ def _cast_int_kernel(
 
 
 _INT_CLAMP_BITS = 0x47000000
-"""float32 bits of 2**15: ``rne_clamp`` clamps larger magnitudes here (beyond every range; exact shifts)."""
+"""float32 bits of 2**15: the torch path of ``rne_clamp`` clamps larger magnitudes here (beyond every range)."""
 _INT_RANGES: dict[str, tuple[int, int, int]] = {"int8": (-128, 127, 0xFF), "int4": (-8, 7, 0xF), "uint4": (0, 15, 0xF)}
 """lowest, highest, code mask"""
 _E8M0_THRESHOLDS: dict[str, tuple[int, int]] = {
@@ -279,11 +276,13 @@ _MAX_LAUNCH = 1 << 30
 """Elements per launch: keeps ``program_id * BLOCK + arange`` inside int32 (and a multiple of every BLOCK)."""
 
 
-def _launch(kernel: Callable[..., None], x: torch.Tensor, tensors: list[torch.Tensor], **meta: int) -> None:
+def _launch(
+    kernel: Callable[..., None], x: torch.Tensor, tensors: list[torch.Tensor], block_bytes: int = 0, **meta: Any
+) -> None:
     """Run ``kernel(*tensors, n, **meta)`` over contiguous ``x`` (whose flat view is ``tensors[0]``'s)."""
     jitted = jit(kernel)
     flats = [tensor.view(-1) for tensor in tensors]
-    block = _BLOCK_BYTES // x.element_size()
+    block = (block_bytes or _BLOCK_BYTES) // x.element_size()
     for start in range(0, x.numel(), _MAX_LAUNCH):
         n = min(_MAX_LAUNCH, x.numel() - start)
         jitted[(triton.cdiv(n, block),)](
@@ -305,6 +304,8 @@ def _float_triton(x: torch.Tensor, random_bits: torch.Tensor | None, codes: torc
         _cast_float_kernel,
         x,
         [x, randoms, codes],
+        # uint32 random bits: half the tile (measured on the H100: 0.98 ms instead of 2.34 ms at 2^28 float32)
+        block_bytes=_BLOCK_BYTES // 2 if width == 32 else _BLOCK_BYTES,
         MANTISSA_BITS=cast.fmt.mantissa_bits,
         BIAS=cast.fmt.bias,
         SIGN_SHIFT=32 - cast.fmt.bits,
@@ -730,8 +731,8 @@ def int_(x: torch.Tensor, *, dtype: str, mode: str) -> dict[str, torch.Tensor]:
                 x,
                 [x, codes],
                 CLAMP=mode == "rne_clamp",
-                LOWEST=lowest,
-                HIGHEST=highest,
+                LOWEST=float(lowest),
+                HIGHEST=float(highest),
                 CODE_MASK=code_mask,
             )
         else:
