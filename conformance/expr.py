@@ -3,7 +3,8 @@
 Specs state constraints and shapes as Python-like expressions over dim names, parameter
 names and input shapes (``K % (inner_k_tiles * 16) == 0``, ``x.shape``, ``[N, K // 2]``).
 Only literals, names, ``name.shape``, subscripts, arithmetic, comparisons, boolean
-operators, lists/tuples and ``min``/``max``/``ceil_div`` are allowed; anything else is a
+operators, conditional expressions (``a if cond else b``), lists/tuples and
+``min``/``max``/``ceil_div`` are allowed; anything else is a
 ``SpecError`` at load time, so a spec can never execute code.
 """
 
@@ -63,7 +64,7 @@ def _parse(source: str) -> ast.Expression:
         allowed = (
             ast.Expression, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Name, ast.Load,
             ast.Constant, ast.Attribute, ast.Subscript, ast.Slice, ast.List, ast.Tuple, ast.Call,
-            ast.And, ast.Or, ast.Not, ast.USub, ast.UAdd, *_BINARY, *_COMPARE,
+            ast.And, ast.Or, ast.Not, ast.USub, ast.UAdd, ast.IfExp, *_BINARY, *_COMPARE,
         )  # fmt: skip
         if not isinstance(node, allowed):
             raise SpecError(f"expression {source!r} uses {type(node).__name__}, which specs may not use")
@@ -127,6 +128,9 @@ def _eval(node: ast.AST, names: Mapping[str, Any], source: str) -> Any:
         if isinstance(left, list) and isinstance(node.op, ast.Add):
             return left + list(right)
         return _BINARY[type(node.op)](left, right)
+    if isinstance(node, ast.IfExp):  # only the branch taken is evaluated
+        taken = node.body if _eval(node.test, names, source) else node.orelse
+        return _eval(taken, names, source)
     if isinstance(node, ast.BoolOp):
         values = (_eval(v, names, source) for v in node.values)
         return all(values) if isinstance(node.op, ast.And) else any(values)

@@ -27,7 +27,8 @@ import yaml
 
 from conformance.carriers import DTYPES
 from conformance.errors import SpecError
-from conformance.expr import check_expression, evaluate
+from conformance.expr import check_expression, evaluate, names_in
+from conformance.values import INTEGER_CODE_BITS
 from reference.formats import FORMATS
 
 __all__ = ["Param", "Spec", "default_spec_dir", "load_spec", "load_specs"]
@@ -127,6 +128,25 @@ class Spec:
     def dims(self) -> Mapping[str, Mapping[str, Any]]:
         return self.raw.get("dims") or {}
 
+    def dims_of(self, shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
+        """The scalar dims that the given input ``shapes`` show (``N`` of an input declared ``[N, K]``).
+
+        Output shapes may name dims; a case carries its inputs' shapes, and these give the dims back.
+        A variadic ``*name`` takes the extra axes and is left out (it is not a scalar).
+        """
+        found: dict[str, int] = {}
+        for name, shape in shapes.items():
+            declared = list(self.inputs[name]["shape"]) if name in self.inputs else []
+            star = next((i for i, e in enumerate(declared) if isinstance(e, str) and e.startswith("*")), None)
+            extra = len(shape) - len(declared) + (star is not None)
+            if extra < 0 or (star is None and extra):
+                continue  # a literal case whose rank does not follow the declaration
+            for i, entry in enumerate(declared):
+                if isinstance(entry, str) and not entry.startswith("*"):
+                    axis = i if star is None or i < star else i - 1 + extra
+                    found.setdefault(entry, int(shape[axis]))
+        return found
+
     @property
     def constraints(self) -> Sequence[str]:
         return self.raw.get("constraints") or []
@@ -137,12 +157,20 @@ class Spec:
         return int((self.raw.get("profiles") or {}).get(profile, PROFILE_DEFAULTS[profile]))
 
     def param_combinations(self) -> list[dict[str, Any]]:
-        """Cross product of the finite parameters (one report row each)."""
+        """Cross product of the finite parameters (one report row each).
+
+        A constraint that reads finite parameters only decides whole rows: a combination it
+        rejects could have no case, so it is not a row (e.g. a zero-point domain that exists
+        for one mapping only).
+        """
         finite = [p for p in self.params.values() if p.finite]
-        return [
+        names = {p.name for p in finite}
+        row_rules = [c for c in self.constraints if names_in(c) <= names]
+        combos = [
             dict(zip((p.name for p in finite), combo, strict=False))
             for combo in itertools.product(*(p.values or () for p in finite))
         ]
+        return [c for c in combos if all(bool(evaluate(rule, c)) for rule in row_rules)]
 
     def with_defaults(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """``params`` completed with the defaults of the parameters it leaves out."""
@@ -247,9 +275,17 @@ def _check_semantics(path: Path, tree: yaml.Node, raw: Mapping[str, Any]) -> Non
                 raise _fail(path, tree, ["inputs", name, "shape", i], f"dim {dim!r} is not declared under dims")
             if isinstance(entry, str) and entry.startswith("*") != ("rank" in dims[dim]):
                 raise _fail(path, tree, ["inputs", name, "shape", i], f"'*{dim}' and dims.{dim}.rank go together")
+        for i, dtype in enumerate(spec["dtypes"]):
+            named = params.get(dtype[1:], {}).get("values") if dtype.startswith("$") else [dtype]
+            if not named or any(d not in DTYPES for d in named):
+                raise _fail(
+                    path, tree, ["inputs", name, "dtypes", i], f"got {dtype!r}, expected a dtype or a $param of dtypes"
+                )
         for i, vc in enumerate(spec["values"]):
             fmt = vc.get("format") if isinstance(vc, dict) else None
-            if fmt is not None and fmt.lstrip("$") not in (params if fmt.startswith("$") else FORMATS):
+            if fmt is not None and fmt.lstrip("$") not in (
+                params if fmt.startswith("$") else {**FORMATS, **INTEGER_CODE_BITS}
+            ):
                 raise _fail(
                     path,
                     tree,

@@ -120,8 +120,8 @@ class Runner:
         """The reference's outputs as bit patterns, checked against the spec's dtypes and shapes."""
         raw = dict(spec.reference_function()(**case.carriers(), **case.params))
         out: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in raw.items()}
-        scope = dict(case.params)
         shapes = {name: t.shape for name, t in case.inputs.items()}
+        scope = {**spec.dims_of(shapes), **case.params}
         for name, decl in spec.active_outputs(case.params).items():
             bits = carrier_to_bits(out[name], spec.output_dtype(name, case.dtypes()))
             expected_shape = tuple(evaluate_expr(decl["shape"], scope, shapes))

@@ -25,10 +25,15 @@ from conformance.expr import evaluate
 from conformance.registry import Spec
 from conformance.values import apply_block_class, boundary_pool, element_strategy, resolve_class, values_to_bits
 
-__all__ = ["boundary_cases", "case_strategy", "literal_case", "shape_of"]
+__all__ = ["boundary_cases", "case_strategy", "input_dtypes", "literal_case", "shape_of"]
 
 DEFAULT_MAX_DIM = 16
 BOUNDARY_MAX_NUMEL = 1 << 17
+
+
+def input_dtypes(decl: Mapping[str, Any], params: Mapping[str, Any]) -> list[str]:
+    """An input's ``dtypes``, each ``$param`` replaced by the dtype that parameter names."""
+    return [str(params[d[1:]]) if d.startswith("$") else d for d in decl["dtypes"]]
 
 
 def _dim_bounds(spec: Spec, name: str, scope: Mapping[str, Any]) -> tuple[int, int, int]:
@@ -90,7 +95,12 @@ def _dims(draw: st.DrawFn, spec: Spec, params: Mapping[str, Any]) -> dict[str, A
 
 
 def case_strategy(spec: Spec, fixed: Mapping[str, Any]) -> st.SearchStrategy[Case]:
-    """Random cases with the finite params ``fixed``; range params, dims and values drawn."""
+    """Random cases with the finite params ``fixed``; range params, dims and values drawn.
+
+    An input declaring ``palette: P`` draws arrays of more than ``P`` elements as ``P`` values and a
+    seed, filling the array with seeded picks of those values: hypothesis draws about 2,000
+    elements per second, too few for the 128x128 blocks of a blockwise quantizer.
+    """
 
     @st.composite
     def build(draw: st.DrawFn) -> Case:
@@ -103,11 +113,20 @@ def case_strategy(spec: Spec, fixed: Mapping[str, Any]) -> st.SearchStrategy[Cas
         assume(_constraints_hold(spec, params, dims))
         inputs = {}
         for name, decl in spec.active_inputs(params).items():
-            dtype = draw(st.sampled_from(decl["dtypes"]), label=f"{name}.dtype")
+            dtype = draw(st.sampled_from(input_dtypes(decl, params)), label=f"{name}.dtype")
             classes = [resolve_class(vc, params) for vc in decl["values"]]
             elements = st.one_of([element_strategy(vc, dtype) for vc in classes])
             shape = shape_of(spec, name, dims)
-            flat = draw(st.lists(elements, min_size=int(np.prod(shape)), max_size=int(np.prod(shape))), label=name)
+            size, palette = int(np.prod(shape)), int(decl.get("palette", 0))
+            flat: Any
+            if palette and size > palette:  # draw `palette` values, then fill the array with seeded picks of them
+                values = draw(st.lists(elements, min_size=palette, max_size=palette), label=f"{name} palette")
+                picks = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label=f"{name} seed")).integers(
+                    0, palette, size
+                )
+                flat = np.array(values, dtype=np.uint64)[picks]
+            else:
+                flat = draw(st.lists(elements, min_size=size, max_size=size), label=name)
             array = np.array(flat, dtype=np.uint64).astype(get_dtype(dtype).bit_dtype).reshape(shape)
             block_class = draw(st.sampled_from([None, *[vc for vc in classes if vc["class"].endswith("_blocks")]]))
             if block_class is not None:
@@ -165,14 +184,14 @@ def boundary_cases(spec: Spec, fixed: Mapping[str, Any]) -> Iterator[Case]:
         params = {**fixed, **dict(zip((p.name for p in range_params), combo, strict=True))}
         active = spec.active_inputs(params)
         first_input = next(iter(active))
-        for dtype in active[first_input]["dtypes"]:
+        for dtype in input_dtypes(active[first_input], params):
             for vc in [resolve_class(v, params) for v in active[first_input]["values"]]:
                 label = f"boundary:{vc['class']}/{dtype}"
                 if spec.elementwise:
                     pool = boundary_pool(vc, dtype)
                     inputs = {first_input: TensorBits(dtype, pool)}
                     for name, decl in list(active.items())[1:]:
-                        inputs[name] = _companion(spec, name, params, decl["dtypes"][0], pool.shape, label)
+                        inputs[name] = _companion(spec, name, params, input_dtypes(decl, params)[0], pool.shape, label)
                     yield Case(spec.contract, params, inputs, label)
                     continue
                 for dims in _boundary_dims(spec, params):
@@ -184,7 +203,8 @@ def boundary_cases(spec: Spec, fixed: Mapping[str, Any]) -> Iterator[Case]:
                     array = apply_block_class(array, dtype, vc, _seeded_rng(spec.contract, label, dims))
                     inputs = {first_input: TensorBits(dtype, array)}
                     for name, decl in list(active.items())[1:]:
-                        dt = dtype if dtype in decl["dtypes"] else decl["dtypes"][0]
+                        dtypes = input_dtypes(decl, params)
+                        dt = dtype if dtype in dtypes else dtypes[0]
                         inputs[name] = _companion(spec, name, params, dt, shape_of(spec, name, dims), label)
                     yield Case(spec.contract, params, inputs, f"{label}/{_dims_label(dims)}")
 

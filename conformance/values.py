@@ -26,6 +26,13 @@ from reference.formats import FORMATS, FloatFormat
 __all__ = ["apply_block_class", "boundary_pool", "class_name", "element_strategy", "resolve_class", "values_to_bits"]
 
 _FLOAT_LAYOUT = {"float32": (8, 23), "float16": (5, 10), "bfloat16": (8, 7), "float64": (11, 52)}
+INTEGER_CODE_BITS = {"int8": 8, "int4": 4, "uint4": 4}
+"""Integer formats a ``codes``/``all_codes`` class may name for integer inputs: codes 0 .. 2**bits - 1."""
+
+
+def _code_bits(fmt: str) -> int:
+    """Width of the codes of ``fmt``: a float format of ``reference.formats`` or an integer format."""
+    return INTEGER_CODE_BITS[fmt] if fmt in INTEGER_CODE_BITS else FORMATS[fmt].bits
 
 
 def class_name(value_class: str | Mapping[str, Any]) -> str:
@@ -129,7 +136,7 @@ def boundary_pool(value_class: Mapping[str, Any], dtype: str) -> np.ndarray:
     d = get_dtype(dtype)
     if d.kind != "float":
         if name in ("all_codes", "codes") and "format" in value_class:
-            return np.arange(1 << FORMATS[value_class["format"]].bits, dtype=np.uint64).astype(d.bit_dtype)
+            return np.arange(1 << _code_bits(value_class["format"]), dtype=np.uint64).astype(d.bit_dtype)
         if name in ("all_codes", "wide"):
             return np.arange(min(1 << d.bits, 1 << 16), dtype=np.uint64).astype(d.bit_dtype)
         if name == "special":
@@ -163,7 +170,7 @@ def element_strategy(value_class: Mapping[str, Any], dtype: str) -> st.SearchStr
     pool = boundary_pool(value_class, dtype)
     pooled = st.sampled_from([int(b) for b in np.unique(pool)[:4096]])
     if d.kind != "float" and "format" in value_class:
-        return st.integers(0, (1 << FORMATS[value_class["format"]].bits) - 1)
+        return st.integers(0, (1 << _code_bits(value_class["format"])) - 1)
     if name == "wide" or d.kind != "float":
         return st.integers(0, (1 << d.bits) - 1) if d.kind != "bool" else st.integers(0, 1)
     if name in ("normal", "zero_blocks", "outlier_blocks"):

@@ -13,7 +13,7 @@ import torch
 
 from fast.cast import fp8 as cast_fp8
 
-__all__ = ["fp8"]
+__all__ = ["fp8", "nvfp4"]
 
 
 def fp8(x: torch.Tensor, *, format: str, overflow: str, draws: int) -> dict[str, torch.Tensor]:
@@ -23,3 +23,24 @@ def fp8(x: torch.Tensor, *, format: str, overflow: str, draws: int) -> dict[str,
     wide = x.expand(draws, *x.shape).contiguous()
     bits = torch.randint(-(2**31), 2**31, wide.shape, dtype=torch.int32, device=x.device).view(torch.uint32)
     return cast_fp8(wide, format=format, overflow=overflow, rounding="stochastic", random_bits=bits)
+
+
+def nvfp4(x: torch.Tensor, *, draws: int) -> dict[str, torch.Tensor]:
+    """``draws`` NVFP4 stochastic roundings of ``x``'s rowwise operand: unpacked E2M1 codes ``[draws, M, K]``.
+
+    The draws are stacked along the rows of one ``quant.nvfp4`` call (``[draws * M, K]``: the same amax
+    and the same block scales, since every row block is a copy) with ``torch.randint`` 32-bit random
+    bits, so this checks ``fast.quant.nvfp4``'s stochastic path (the Triton kernel on CUDA) with a real
+    generator.
+    """
+    # Imported here: stochastic.fp8 must not depend on the quantizer package importing.
+    from fast.quant.nvfp4 import nvfp4 as quant_nvfp4
+
+    if isinstance(draws, bool) or not isinstance(draws, int) or draws <= 0:
+        raise ValueError(f"Got draws={draws!r}, but draws must be a positive int")
+    quant_nvfp4(x, usage="rowwise")  # the argument checks, before a tensor draws times as large is built
+    wide = x.repeat(draws, 1)
+    bits = torch.randint(-(2**31), 2**31, wide.shape, dtype=torch.int32, device=x.device).view(torch.uint32)
+    data = quant_nvfp4(wide, usage="rowwise", rounding="stochastic", random_bits=bits)["data"]
+    codes = torch.stack([data & 15, data >> 4], dim=-1).reshape(draws, *x.shape)
+    return {"codes": codes}

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from reference.cast import fp4 as cast_fp4
 from reference.cast import fp8 as cast_fp8
 from reference.formats import get_format
 
-__all__ = ["fp8"]
+__all__ = ["fp8", "nvfp4"]
 
 _SEED = 20261122
 
@@ -56,3 +57,45 @@ def fp8(x: np.ndarray, *, format: str, overflow: str, draws: int) -> dict[str, n
         np.ascontiguousarray(wide), format=format, overflow=overflow, rounding="stochastic", random_bits=bits
     )
     return {"codes": codes["codes"], "lower": lower, "upper": upper, "p_upper": p_upper}
+
+
+def nvfp4(x: np.ndarray, *, draws: int) -> dict[str, np.ndarray]:
+    """NVFP4 stochastic rounding of ``x``'s rowwise operand, ``draws`` times, with its own random numbers.
+
+    Contract: ``codes[i]`` holds the E2M1 codes (one per byte, unpacked) of ``quant.nvfp4(x,
+    usage="rowwise", rounding="stochastic", random_bits=r_i)`` for independent uniform 32-bit ``r_i``
+    (TE scale rule, 1x16 blocks, per-tensor amax): the block scales do not depend on the random bits,
+    so each code is ``lower`` (the scaled value ``fl32(v * enc)`` truncated to E2M1) or ``upper``
+    (rounded up in magnitude, saturating at 6), and ``upper`` comes with probability ``p_upper``, the
+    fraction of the way from ``|lower|`` to the next E2M1 magnitude (0 where the two agree: exact
+    values, NaN, saturation).
+
+    Source: TransformerEngine ``tests/pytorch/nvfp4/test_nvfp4_sr_quantize.py`` (results adjacent,
+    unbiased); ``quant.nvfp4`` ``rounding="stochastic"`` (shared/notes/te_contracts.md §5).
+
+    Outputs: ``codes`` uint8 ``[draws, M, K]`` (this implementation's draws, from a fixed seed);
+    ``lower``, ``upper`` uint8 ``[M, K]``; ``p_upper`` float64 ``[M, K]``.  Raises as ``quant.nvfp4``
+    for a bad ``x`` and ``ValueError`` unless ``draws`` is a positive int.
+    """
+    # Imported here: stochastic.fp8 must not depend on the quantizer package importing.
+    from reference.quant.nvfp4 import nvfp4 as quant_nvfp4
+    from reference.quant.nvfp4 import scaled_operand
+
+    if isinstance(draws, bool) or not isinstance(draws, (int, np.integer)) or draws <= 0:
+        raise ValueError(f"Got draws={draws!r}, but draws must be a positive int")
+    quant_nvfp4(x, usage="rowwise")  # the argument checks
+    scaled = scaled_operand(
+        np.asarray(x, dtype=np.float32), block="1x16", amax_scope="tensor", scale_rule="te", zero_scale="flt_max"
+    )["scaled"]
+    lower = cast_fp4(scaled, format="float4_e2m1fn", rounding="rtz")["codes"]
+    all_ones = np.full(scaled.shape, 0xFFFFFFFF, dtype=np.uint32)
+    upper = cast_fp4(scaled, format="float4_e2m1fn", rounding="stochastic", random_bits=all_ones)["codes"]
+    step = np.where((lower & 7) >= 6, 2.0, np.where((lower & 7) >= 4, 1.0, 0.5))
+    with np.errstate(invalid="ignore"):
+        fraction = (np.abs(scaled.astype(np.float64)) - np.abs(get_format("float4_e2m1fn").decode_table[lower])) / step
+    p_upper = np.where(lower == upper, 0.0, fraction)
+    rng = np.random.default_rng(_SEED)
+    bits = rng.integers(0, 1 << 32, size=(draws, *scaled.shape), dtype=np.uint64).astype(np.uint32)
+    wide = np.ascontiguousarray(np.broadcast_to(scaled, bits.shape))
+    codes = cast_fp4(wide, format="float4_e2m1fn", rounding="stochastic", random_bits=bits)["codes"]
+    return {"codes": codes, "lower": lower, "upper": upper, "p_upper": p_upper}

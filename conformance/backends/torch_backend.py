@@ -10,9 +10,18 @@ This certifies what the installed torch actually does.  Variants differ by versi
   float32 mantissa, the sign is ignored, zero gives 0x00 and overflow NaN, i.e.
   ``rounding=nearest_up, zero=min, overflow=nonsaturating``.
 - ``decode.fp8`` / ``decode.e8m0``: ``codes.view(torch.float8_*).to(torch.float32)``.
+- ``int4.tinygemm_pack``: ``aten._convert_weight_to_int4pack`` on CUDA (sm80+, ROCm excluded: it
+  fills the same shape in 16-wide n-tiles).  Its input is int32 ``[N, K]`` up to torch 2.4 and
+  uint8 ``[N, K/2]`` from 2.5 (pytorch#129940), so ``input_form`` is claimed per version.  The CPU
+  op ``_convert_weight_to_int4pack_for_cpu`` (torch >= 2.6) packs another layout (uint8
+  ``[N, K/2]``, nibbles paired along N, ISA-dependent) and the CPU ``_convert_weight_to_int4pack``
+  does not exist (torch 2.13: NotImplementedError), so on the CPU the tinygemm contracts are
+  not implemented.
+- ``int4.tinygemm_mm``: ``aten._weight_int4pack_mm(a, packed, group_size, scales_and_zeros)`` on
+  CUDA.  torch has no dequant or unpack op for the layout (torchao's were removed in 0.16).
 
 Only those variants are claimed; the others are reported not-implemented.  GLU interleave,
-nibble packing and the MX element formats have no native op.  Native ops do not promise
+nibble packing, the MX element formats and torchao's affine quantization have no native op.  Native ops do not promise
 qconform's argument errors, so the ``invalid``-input checks are not claimed either.
 """
 
@@ -36,6 +45,45 @@ def _fp8_overflow_variant(fmt: str, torch_version: str) -> str:
     if fmt == "float8_e4m3fn" and _version(torch_version) >= (2, 13):
         return "saturate"
     return "nonsaturating"
+
+
+def _int4pack_input_form(torch_version: str) -> str:
+    """The weight form ``_convert_weight_to_int4pack`` of this torch version takes (pytorch#129940)."""
+    return "uint8" if _version(torch_version) >= (2, 5) else "int32"
+
+
+def _tinygemm_contracts(torch: Any, device: str) -> dict[str, Implementation]:
+    """``int4.tinygemm_pack`` and ``int4.tinygemm_mm`` through torch's CUDA tinygemm ops."""
+    reason = None
+    if device != "cuda":
+        reason = (
+            "the tinygemm layout is CUDA-only: torch's CPU op _convert_weight_to_int4pack_for_cpu packs "
+            "another layout (uint8 [N, K/2], nibbles paired along N)"
+        )
+    elif getattr(torch.version, "hip", None):
+        reason = "on ROCm _convert_weight_to_int4pack fills the same shape in 16-wide n-tiles (another layout)"
+    elif torch.cuda.get_device_capability()[0] < 8:
+        reason = "_convert_weight_to_int4pack and _weight_int4pack_mm need sm80 or newer"
+    form = _int4pack_input_form(torch.__version__)
+
+    def pack(q: Any = None, q_uint8: Any = None, *, inner_k_tiles: int, input_form: str) -> dict[str, Any]:
+        weight = q if input_form == "int32" else q_uint8
+        return {"packed": torch.ops.aten._convert_weight_to_int4pack(weight.contiguous(), inner_k_tiles)}
+
+    def pack_supports(params: Mapping[str, Any]) -> str | None:
+        if reason is not None:
+            return reason
+        if params["input_form"] != form:
+            return f"torch {torch.__version__} _convert_weight_to_int4pack takes input_form={form!r}"
+        return None
+
+    def mm(a: Any, packed: Any, scales_and_zeros: Any, *, inner_k_tiles: int, group_size: int) -> dict[str, Any]:
+        return {"out": torch.ops.aten._weight_int4pack_mm(a, packed, group_size, scales_and_zeros)}
+
+    return {
+        "int4.tinygemm_pack": Implementation(pack, pack_supports, validates_inputs=False),
+        "int4.tinygemm_mm": Implementation(mm, lambda params: reason, validates_inputs=False),
+    }
 
 
 def backend() -> Backend:
@@ -87,6 +135,7 @@ def backend() -> Backend:
         contracts["decode.e8m0"] = Implementation(decode_e8m0, validates_inputs=False)
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    contracts.update(_tinygemm_contracts(torch, device))
     return Backend(
         name="torch", device=device, array_kind="torch", contracts=contracts,
         info={"torch": torch.__version__, "cuda": str(torch.version.cuda)},

@@ -1,3 +1,7 @@
 """Dequantizers, one module per recipe; each public function is the contract ``dequant.<name>``."""
 
-__all__: list[str] = []
+from fast.dequant.affine import affine
+from fast.dequant.mx import mx
+from fast.dequant.nvfp4 import nvfp4
+
+__all__: list[str] = ["affine", "mx", "nvfp4"]

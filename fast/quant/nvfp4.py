@@ -1,0 +1,1098 @@
+"""NVFP4 quantization (contract ``quant.nvfp4``): fused Triton kernels for CUDA, torch ops elsewhere.
+
+Contract (``specs/quant/nvfp4.yaml``; the reference is ``reference/quant/nvfp4.py``): ``x [M, K]``
+(float32, bfloat16 or float16; ``M`` and ``K`` multiples of 16) gives a rowwise operand ``x`` and a
+columnwise operand ``x.T`` (optionally through TE's 16-point random Hadamard transform, rounded to
+bfloat16).  Each operand gets an amax (per tensor or per row), a float32 tensor scale, one E4M3 block
+scale per 16 elements (1x16 along its rows or 16x16 tiles) and E2M1 codes of ``fl32(v * enc)``, two
+per byte, low nibble first.  ``scale_rule`` picks TransformerEngine's or torchao's scale arithmetic.
+
+Layout
+------
+Rowwise: ``data`` uint8 ``[M, K/2]`` (byte ``[m, j]`` holds elements ``2j`` (low nibble) and ``2j+1``
+of row ``m``), ``scales`` uint8 E4M3 ``[M, K/16]`` (compact: no padding, no swizzle; a 16x16 tile's
+scale is stored on each of its 16 rows), ``amax`` / ``tensor_scale`` float32 ``[1]`` or ``[M]``.
+Columnwise: the same for ``x.T``, i.e. ``columnwise_data [K, M/2]`` (transposed), ``columnwise_scales
+[K, M/16]``, ``columnwise_amax`` / ``columnwise_tensor_scale`` ``[1]`` or ``[K]``.  The cuBLAS 128x4
+swizzle of the scales is the separate contract ``layout.scale_swizzle``.
+
+Kernels
+-------
+Two passes over ``x``, the fewest a global amax allows:
+
+1. ``_nvfp4_amax_kernel``: persistent programs keep an elementwise running maximum of ``|x|`` (and,
+   with RHT, of the transformed columnwise operand) with ``max.f32``, which ignores NaN as TE's
+   ``fmaxf`` does (torchao's rules propagate it), reduce it once and ``atomic_max`` its float32 bits
+   (non-negative floats order like their bits; per row or column, per tile, for the row-scaled
+   variant).  The last tiles, about 60% of L2, are loaded evict-last and everything else
+   evict-first, so that the quantize pass, which starts there, finds them in L2.
+2. ``_nvfp4_quantize_kernel``: persistent programs over ``[16, BK]`` tiles of ``x``, each tile read
+   once.  The tensor scales come from the amaxes once per program; the rowwise part reduces blocks
+   of 16 along ``K``, computes the E4M3 block scales and encode scales, rounds ``fl32(v * enc)`` to
+   E2M1 and writes packed data and scales; the columnwise part does the same on the transposed tile
+   (after the Hadamard butterflies when asked) and writes ``[K, M/2]`` rows.  With one warp per
+   tile, a thread holds 16 rows of 8 columns: a columnwise block (and the Hadamard chunk, and the
+   pair of rows of a columnwise byte) never leaves its thread.  Programs walk the tiles in reverse,
+   so the tiles the amax pass read last (still in L2) are read first.
+
+All the float arithmetic is the contract's, in float32: IEEE divisions (``tl.div_rn``), products
+that are each rounded once (floating-point contraction is turned off at launch: an FMA would skip
+the rounding of a product), integer bit arithmetic for every cast (no Triton or torch FP8/FP4 cast).
+E2M1 round-to-nearest is :func:`e2m1_rne` (three candidate roundings by float32 magic-number
+additions and their minimum: five integer/compare instructions where the generic ``round_to_code``
+needs about twenty), the E4M3 block scale ``_e4m3_rne`` (bit rounding in place); stochastic
+rounding uses ``fast._triton.round_to_code``.
+
+Paths
+-----
+``QCONFORM_FAST_PATH`` chooses per call, as in ``fast/cast.py``: ``auto`` (the kernels for CUDA
+tensors when Triton is importable, else torch), ``triton`` (CPU tensors need ``TRITON_INTERPRET=1``)
+or ``torch``.  The torch path is the same arithmetic with torch tensor ops (tensor-by-tensor
+divisions only: torch rewrites a division by a Python number, and ``1 / t``, as multiplications by
+a reciprocal) and the casts of ``fast.cast``.  This module imports without Triton and queries no
+device at import time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+
+from fast._triton import PATH_ENV, device, float32_bits, jit, round_to_code, selected_path, tl, triton
+from fast.cast import fp4 as cast_fp4
+from fast.cast import fp8 as cast_fp8
+from fast.pack import nibbles as pack_nibbles
+
+__all__ = [
+    "AMAX_SCOPES",
+    "BLOCKS",
+    "PATH_ENV",
+    "RHT_SIGN_MASK",
+    "ROUNDINGS",
+    "SCALE_RULES",
+    "USAGES",
+    "ZERO_SCALES",
+    "bench",
+    "e2m1_rne",
+    "hadamard_16",
+    "nvfp4",
+]
+
+USAGES: tuple[str, ...] = ("both", "rowwise", "columnwise")
+BLOCKS: tuple[str, ...] = ("1x16", "16x16")
+AMAX_SCOPES: tuple[str, ...] = ("tensor", "row")
+ROUNDINGS: tuple[str, ...] = ("rne", "stochastic")
+SCALE_RULES: tuple[str, ...] = ("te", "torchao", "torchao_cuda")
+ZERO_SCALES: tuple[str, ...] = ("flt_max", "zero")
+RHT_SIGN_MASK = 0xD7E8
+"""TE's fixed RHT signs: bit ``i`` set where ``s_i = -1`` (``get_wgrad_sign_vector``)."""
+
+
+def _f32(value: float) -> float:
+    """``value`` rounded to float32 (round to nearest even), as a Python float."""
+    return float(struct.unpack("<f", struct.pack("<f", value))[0])
+
+
+_FLT_MAX = _f32(3.4028234663852886e38)
+_SIXTH = _f32(1.0 / 6.0)
+"""fl32(1/6) = 0x3E2AAAAB (TE's ``fp4_max_inv``)."""
+_INV_2688 = _f32(1.0 / 2688.0)
+"""fl32(1/2688): torch's CUDA ``amax / 2688.0`` multiplies by it; TE's dequantizer's ``factor_inv``."""
+_TORCHAO_FLOOR = 2.0**-6
+_E4M3_MAX = 448.0
+_INPUT_DTYPES: dict[torch.dtype, int] = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+_RANDOM_DTYPES: dict[torch.dtype, int] = {torch.uint8: 8, torch.uint32: 32}
+_RULE_IDS: dict[str, int] = {"te": 0, "torchao": 1, "torchao_cuda": 2}
+_F32_INF = 0x7F800000
+
+
+class _Settings(NamedTuple):
+    """The contract's parameters, checked."""
+
+    usage: str
+    block: str
+    amax_scope: str
+    rht: bool
+    rounding: str
+    scale_rule: str
+    zero_scale: str
+
+    @property
+    def rowwise(self) -> bool:
+        return self.usage != "columnwise"
+
+    @property
+    def columnwise(self) -> bool:
+        return self.usage != "rowwise"
+
+
+# %% Device functions
+
+
+@device
+def e2m1_rne(scaled):
+    """int32 E2M1 codes of float32 ``scaled``: round to nearest even, saturating, NaN -> +6 (0x7)."""
+    return _e2m1_rne_raw(scaled) & 15
+
+
+@device
+def _e2m1_rne_raw(scaled):
+    """:func:`e2m1_rne` in the low 4 bits, above them ``0x4B40000`` (the bits of ``1.5 * 2**23``).
+
+    The magnitude code of ``a = |v|`` is ``round(2a)`` below 2, ``round(a) + 2`` in [2, 4) and
+    ``round(a / 2) + 4`` from 4 up (the E2M1 spacings 0.5, 1 and 2), each rounded to nearest even by
+    one float32 addition of ``M = 1.5 * 2**23`` (spacing 1, the integer left in the low mantissa bits).
+    Since ``2a <= a + 2`` exactly below 2 and ``a + 2 <= a / 2 + 4`` exactly below 4 (and the other way
+    round above), and rounding is monotonic, the code is the minimum of the three, and of 7
+    (saturation).  ``min.f32`` ignores NaN, so NaN gives 7.  The sign bit is added unless the input is
+    NaN: as int32 the negative non-NaN patterns are exactly those ``<= 0xFF800000`` (-Inf).  Checked on
+    all 2^32 float32 inputs against ``reference.cast.fp4``.  Three float32 operations on the FMA pipe
+    and five on the integer/compare pipe, where the generic ``round_to_code`` needs about twenty.
+    """
+    a = tl.abs(scaled)
+    # 2a and a / 2 are exact (a / 2 of a float32 subnormal may round, but then t2 is 4 + M anyway): FMA-safe.
+    t0 = tl.fma(a, 2.0, 12582912.0)
+    t2 = tl.fma(a, 0.5, 12582916.0)
+    t = tl.minimum(tl.minimum(t0, a + 12582914.0), tl.minimum(t2, 12582919.0))
+    negative = scaled.to(tl.int32, bitcast=True) <= -8388608  # 0xFF800000
+    return t.to(tl.int32, bitcast=True) + tl.where(negative, 8, 0)
+
+
+@device
+def hadamard_16(values, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """TE's random Hadamard transform of each 16-element chunk of the rows of float32 ``values``
+    ``[ROWS, COLS]``: terms ``s_i v_i / 4``, float32 butterflies ``h = 1, 2, 4, 8``, bfloat16 rounding
+    (nearest even; NaN stays NaN), returned as float32 ``[ROWS, COLS]``."""
+    lane = tl.arange(0, 16)
+    signs = tl.where(((0xD7E8 >> lane) & 1) != 0, -0.25, 0.25)  # RHT_SIGN_MASK (kernels read no globals)
+    v = tl.reshape(values, [ROWS, COLS // 16, 16]) * signs[None, None, :]
+    v = _butterfly(v, ROWS, COLS, 1)
+    v = _butterfly(v, ROWS, COLS, 2)
+    v = _butterfly(v, ROWS, COLS, 4)
+    v = _butterfly(v, ROWS, COLS, 8)
+    bits = tl.reshape(v, [ROWS, COLS]).to(tl.int32, bitcast=True)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536  # -65536 is 0xFFFF0000
+    quiet = (bits | 0x400000) & -65536
+    return tl.where((bits & 0x7FFFFFFF) > 0x7F800000, quiet, rounded).to(tl.float32, bitcast=True)
+
+
+@device
+def _butterfly(v, ROWS: tl.constexpr, COLS: tl.constexpr, H: tl.constexpr):
+    """One float32 butterfly stage on the last axis (16): ``v[i], v[i + H] -> v[i] + v[i + H], v[i] - v[i + H]``."""
+    pairs = tl.permute(tl.reshape(v, [ROWS, COLS // 16, 8 // H, 2, H]), (0, 1, 2, 4, 3))
+    a, b = tl.split(pairs)
+    joined = tl.permute(tl.join(a + b, a - b), (0, 1, 2, 4, 3))
+    return tl.reshape(joined, [ROWS, COLS // 16, 16])
+
+
+@device
+def _full_like(t, value):
+    """A float32 tensor of ``t``'s shape filled with ``value`` (``t * 0 + value`` would turn Inf into NaN)."""
+    return tl.full(t.shape, value, tl.float32)
+
+
+@device
+def _max_propagating_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@device
+def _abs_max(values, axis: tl.constexpr, RULE: tl.constexpr, SANITIZE: tl.constexpr):
+    """``max |v|`` along ``axis``: NaN ignored and at least 0 (TE's ``fmaxf`` from 0), or NaN-propagating (torchao).
+
+    ``SANITIZE`` (the interpreter): NaN magnitudes are zeroed first, because NumPy's ``nanmax`` (which
+    the interpreter runs for ``tl.max``) mishandles signalling NaNs; on the GPU ``max.f32`` ignores every NaN.
+    """
+    magnitude = tl.abs(values)
+    if SANITIZE:
+        nan = magnitude != magnitude
+        largest = tl.maximum(tl.max(tl.where(nan, 0.0, magnitude), axis=axis), 0.0)
+        if RULE == 0:
+            return largest
+        # torchao: NaN if any (a custom combine function would run element by element in the interpreter)
+        return tl.where(tl.max(nan.to(tl.int32), axis=axis) != 0, float("nan"), largest)
+    if RULE == 0:
+        return tl.maximum(tl.max(magnitude, axis=axis), 0.0)
+    return tl.reduce(magnitude, axis, _max_propagating_nan)
+
+
+@device
+def _e4m3_rne(v):
+    """``(code, value)`` of finite ``v >= 0`` rounded to E4M3 (nearest even, saturating at 448); NaN -> 0x7F.
+
+    From ``2**-6`` up the float32 bits are rounded to nearest even at bit 20 in place (``value``) and
+    rebiased (``code``); below it the E4M3 subnormals are the multiples of ``2**-9``, which one float32
+    addition of ``1.5 * 2**14`` (spacing ``2**-9``) rounds to, leaving the count in the low bits.
+    """
+    bits = v.to(tl.int32, bitcast=True)
+    rounded = ((bits + 0x7FFFF + ((bits >> 20) & 1)) & -1048576).to(tl.float32, bitcast=True)  # -1048576: 0xFFF00000
+    normal = tl.minimum(rounded, 448.0)
+    shifted = v + 24576.0
+    is_normal = v >= 0.015625
+    value = tl.where(is_normal, normal, shifted - 24576.0)
+    code = tl.where(is_normal, (normal.to(tl.int32, bitcast=True) >> 20) - 960, shifted.to(tl.int32, bitcast=True) & 15)
+    return tl.where(v != v, 0x7F, code), tl.where(v != v, v, value)
+
+
+@device
+def _global_scales(amax, RULE: tl.constexpr):
+    """``(tensor_scale, p0, p1)`` from the amax: TE ``(S_dec, fl32(S_enc * fl32(1/6)), S_dec)``,
+    torchao ``(pts, pts, fl32(1 / pts))``."""
+    if RULE == 0:
+        encode = tl.minimum(tl.div_rn(_full_like(amax, 2688.0), amax), 3.4028234663852886e38)
+        encode = tl.where((amax == 0.0) | (encode == 0.0), 1.0, encode)
+        decode = tl.div_rn(_full_like(encode, 1.0), encode)
+        return decode, encode * 0.1666666716337204, decode
+    # torchao: amax / 2688 on the CPU, amax * fl32(1/2688) on CUDA.
+    pts = tl.div_rn(amax, _full_like(amax, 2688.0)) if RULE == 1 else amax * 0.00037202381645329297
+    return pts, pts, tl.div_rn(_full_like(pts, 1.0), pts)
+
+
+@device
+def _block_scale(block_amax, p0, p1, RULE: tl.constexpr, ZERO_ENC: tl.constexpr):
+    """``(E4M3 code, encode scale)`` of each block from its float32 amax and the operand's ``p0, p1``."""
+    if RULE == 0:
+        target = tl.minimum(block_amax * p0, 3.4028234663852886e38)
+    else:
+        scaled = tl.div_rn(block_amax, _full_like(block_amax, 6.0)) if RULE == 1 else block_amax * 0.1666666716337204
+        ratio = tl.div_rn(scaled, tl.broadcast_to(p0, scaled.shape))
+        target = tl.where(ratio != ratio, ratio, tl.minimum(tl.maximum(ratio, 0.015625), 448.0))
+    code, scale = _e4m3_rne(target)
+    if RULE == 0:
+        encode = tl.minimum(tl.div_rn(_full_like(scale, 1.0), scale * p1), 3.4028234663852886e38)
+        if ZERO_ENC:
+            encode = tl.where(scale == 0.0, 0.0, encode)
+    else:
+        encode = tl.div_rn(tl.broadcast_to(p1, scale.shape), scale)
+    return code, encode
+
+
+@device
+def _operand_scales(amax_ptr, tensor_scale_ptr, RULE: tl.constexpr):
+    """``(p0, p1)`` of a per-tensor amax; program 0 writes the tensor scale."""
+    tensor_scale, p0, p1 = _global_scales(tl.load(amax_ptr).to(tl.float32, bitcast=True), RULE)
+    tl.store(tensor_scale_ptr, tensor_scale, mask=tl.program_id(0) == 0)
+    return p0, p1
+
+
+@device
+def _quantize_tile(
+    # the operand tile and where it sits
+    values,
+    row0,
+    col0,
+    n_rows,
+    n_cols,
+    # per-tensor scale parameters (unused for ROW_AMAX) and pointers of this operand
+    p0,
+    p1,
+    amax_ptr,
+    random_ptr,
+    data_ptr,
+    scales_ptr,
+    tensor_scale_ptr,
+    # tile shape and variant
+    BR: tl.constexpr,
+    BC: tl.constexpr,
+    EVEN: tl.constexpr,
+    TILE_2D: tl.constexpr,
+    ROW_AMAX: tl.constexpr,
+    ROUNDING: tl.constexpr,
+    RANDOM_BITS: tl.constexpr,
+    RULE: tl.constexpr,
+    ZERO_ENC: tl.constexpr,
+    SANITIZE: tl.constexpr,
+):
+    """Scales, codes and packed bytes of one ``[BR, BC]`` tile of an ``[n_rows, n_cols]`` operand.
+
+    ``EVEN``: the operand is a whole number of tiles, so nothing is masked.
+    """
+    r = tl.arange(0, BR)
+    c = tl.arange(0, BC)
+    row_ok = (row0 + r) < n_rows
+    row_base = row0.to(tl.int64)
+    if ROW_AMAX:
+        amax = tl.load(amax_ptr + row0 + r, mask=row_ok, other=0).to(tl.float32, bitcast=True)
+        tensor_scale, row_p0, row_p1 = _global_scales(amax, RULE)
+        # A vector mask and a scalar condition are combined as vectors: the interpreter rejects the mix.
+        tl.store(tensor_scale_ptr + row0 + r, tensor_scale, mask=row_ok & ((r * 0 + col0) == 0))
+        p0 = row_p0[:, None]
+        p1 = row_p1[:, None]
+
+    # Block amax, block scale, encode scale.
+    blocks = _abs_max(tl.reshape(values, [BR, BC // 16, 16]), 2, RULE, SANITIZE)
+    if TILE_2D:
+        tiles = _abs_max(tl.reshape(blocks, [BR // 16, 16, BC // 16]), 1, RULE, SANITIZE)
+        blocks = tl.reshape(tl.broadcast_to(tiles[:, None, :], [BR // 16, 16, BC // 16]), [BR, BC // 16])
+    code, encode = _block_scale(blocks, p0, p1, RULE, ZERO_ENC)
+    s = tl.arange(0, BC // 16)
+    s_pointers = scales_ptr + row_base * (n_cols // 16) + (r[:, None] * (n_cols // 16) + (col0 // 16 + s)[None, :])
+    if EVEN:
+        tl.store(s_pointers, code.to(tl.uint8))
+    else:
+        tl.store(s_pointers, code.to(tl.uint8), mask=row_ok[:, None] & ((col0 + 16 * s) < n_cols)[None, :])
+
+    # Elements.
+    scaled = tl.reshape(tl.reshape(values, [BR, BC // 16, 16]) * encode[:, :, None], [BR, BC])
+    if ROUNDING == 0:
+        q = _e2m1_rne_raw(scaled)  # the code in the low 4 bits: the bytes below add, not or
+    else:
+        e_pointers = random_ptr + row_base * n_cols + (r[:, None] * n_cols + (col0 + c)[None, :])
+        if EVEN:
+            random = tl.load(e_pointers)
+        else:
+            random = tl.load(e_pointers, mask=row_ok[:, None] & ((col0 + c) < n_cols)[None, :], other=0)
+        bits = scaled.to(tl.int32, bitcast=True)
+        q = round_to_code(bits, bits, random, 1, 1, 28, 8, True, 7, 7, 7, ROUNDING, RANDOM_BITS)
+    low, high = tl.split(tl.reshape(q, [BR, BC // 2, 2]))
+    d = tl.arange(0, BC // 2)
+    d_pointers = data_ptr + row_base * (n_cols // 2) + (r[:, None] * (n_cols // 2) + (col0 // 2 + d)[None, :])
+    packed = (low + (high << 4)).to(tl.uint8)
+    if EVEN:
+        tl.store(d_pointers, packed)
+    else:
+        tl.store(d_pointers, packed, mask=row_ok[:, None] & ((col0 + 2 * d) < n_cols)[None, :])
+
+
+# %% Compute kernels
+
+
+@device
+def _amax_tile(
+    x_ptr,
+    amax_ptr,
+    columnwise_amax_ptr,
+    M,
+    K,
+    tile,
+    running,
+    running_t,
+    INPUT: tl.constexpr,
+    ROWWISE: tl.constexpr,
+    COLUMNWISE: tl.constexpr,
+    ROW_AMAX: tl.constexpr,
+    RHT: tl.constexpr,
+    RULE: tl.constexpr,
+    BM: tl.constexpr,
+    BK: tl.constexpr,
+    EVEN: tl.constexpr,
+    SANITIZE: tl.constexpr,
+    EVICTION: tl.constexpr,
+):
+    """One tile of the amax pass: atomics per row / column (row-scaled), else the running maxima."""
+    tiles_k = tl.cdiv(K, BK)
+    r = tl.arange(0, BM)
+    c = tl.arange(0, BK)
+    row0 = (tile // tiles_k) * BM
+    col0 = (tile % tiles_k) * BK
+    row_ok = (row0 + r) < M
+    col_ok = (col0 + c) < K
+    pointers = x_ptr + row0.to(tl.int64) * K + (r[:, None] * K + (col0 + c)[None, :])
+    if EVEN:
+        raw = tl.load(pointers, eviction_policy=EVICTION)
+    else:
+        raw = tl.load(pointers, mask=row_ok[:, None] & col_ok[None, :], other=0, eviction_policy=EVICTION)
+    values = float32_bits(raw, INPUT)[1].to(tl.float32, bitcast=True)
+    if ROW_AMAX:
+        if ROWWISE:
+            row_amax = _abs_max(values, 1, RULE, SANITIZE).to(tl.int32, bitcast=True)
+            tl.atomic_max(amax_ptr + row0 + r, row_amax, mask=row_ok)
+        if COLUMNWISE:
+            col_amax = _abs_max(values, 0, RULE, SANITIZE).to(tl.int32, bitcast=True)
+            tl.atomic_max(columnwise_amax_ptr + col0 + c, col_amax, mask=col_ok)
+    else:
+        # Elementwise running maxima, reduced once after the last tile (no reduction per tile).
+        running = _max2(running, _magnitude(values, RULE, SANITIZE), RULE)
+        if COLUMNWISE and RHT:
+            running_t = _max2(running_t, _magnitude(hadamard_16(tl.trans(values), BK, BM), RULE, SANITIZE), RULE)
+    return running, running_t
+
+
+def _nvfp4_amax_kernel(
+    # pointers
+    x_ptr,
+    amax_ptr,
+    columnwise_amax_ptr,
+    # sizes: the matrix, and how many of its last tiles to leave in L2 for the quantize pass
+    M,
+    K,
+    kept_tiles,
+    # variant
+    INPUT: tl.constexpr,
+    ROWWISE: tl.constexpr,
+    COLUMNWISE: tl.constexpr,
+    ROW_AMAX: tl.constexpr,
+    RHT: tl.constexpr,
+    RULE: tl.constexpr,
+    # tiling
+    BM: tl.constexpr,
+    BK: tl.constexpr,
+    EVEN: tl.constexpr,
+    SANITIZE: tl.constexpr,
+):
+    tiles = tl.cdiv(M, BM) * tl.cdiv(K, BK)
+    first_kept = tiles - kept_tiles
+    running = tl.zeros([BM, BK], tl.float32)
+    running_t = tl.zeros([BK, BM], tl.float32)
+    # Streamed tiles are marked evict-first; the last `kept_tiles` (which the quantize pass reads first)
+    # evict-last, so that they are still in L2 when it comes.
+    for tile in range(tl.program_id(0), first_kept, tl.num_programs(0)):
+        running, running_t = _amax_tile(
+            x_ptr,
+            amax_ptr,
+            columnwise_amax_ptr,
+            M,
+            K,
+            tile,
+            running,
+            running_t,
+            INPUT,
+            ROWWISE,
+            COLUMNWISE,
+            ROW_AMAX,
+            RHT,
+            RULE,
+            BM,
+            BK,
+            EVEN,
+            SANITIZE,
+            "evict_first",
+        )
+    for tile in range(first_kept + tl.program_id(0), tiles, tl.num_programs(0)):
+        running, running_t = _amax_tile(
+            x_ptr,
+            amax_ptr,
+            columnwise_amax_ptr,
+            M,
+            K,
+            tile,
+            running,
+            running_t,
+            INPUT,
+            ROWWISE,
+            COLUMNWISE,
+            ROW_AMAX,
+            RHT,
+            RULE,
+            BM,
+            BK,
+            EVEN,
+            SANITIZE,
+            "evict_last",
+        )
+    if not ROW_AMAX:
+        amax = _abs_max(_abs_max(running, 0, RULE, SANITIZE), 0, RULE, SANITIZE).to(tl.int32, bitcast=True)
+        if ROWWISE:
+            tl.atomic_max(amax_ptr, amax)
+        if COLUMNWISE:
+            if RHT:
+                amax = _abs_max(_abs_max(running_t, 0, RULE, SANITIZE), 0, RULE, SANITIZE).to(tl.int32, bitcast=True)
+            tl.atomic_max(columnwise_amax_ptr, amax)
+
+
+@device
+def _magnitude(values, RULE: tl.constexpr, SANITIZE: tl.constexpr):
+    """``|v|``, NaN zeroed for TE in the interpreter (NumPy's ``fmax`` mishandles signalling NaNs)."""
+    magnitude = tl.abs(values)
+    if RULE == 0 and SANITIZE:
+        magnitude = tl.where(magnitude == magnitude, magnitude, 0.0)
+    return magnitude
+
+
+@device
+def _max2(a, b, RULE: tl.constexpr):
+    if RULE == 0:
+        return tl.maximum(a, b)
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+def _nvfp4_quantize_kernel(
+    # pointers: input, random bits, rowwise outputs, columnwise outputs
+    x_ptr,
+    random_ptr,
+    columnwise_random_ptr,
+    data_ptr,
+    scales_ptr,
+    amax_ptr,
+    tensor_scale_ptr,
+    columnwise_data_ptr,
+    columnwise_scales_ptr,
+    columnwise_amax_ptr,
+    columnwise_tensor_scale_ptr,
+    # sizes
+    M,
+    K,
+    # variant
+    INPUT: tl.constexpr,
+    ROWWISE: tl.constexpr,
+    COLUMNWISE: tl.constexpr,
+    TILE_2D: tl.constexpr,
+    ROW_AMAX: tl.constexpr,
+    RHT: tl.constexpr,
+    ROUNDING: tl.constexpr,
+    RANDOM_BITS: tl.constexpr,
+    COLUMNWISE_RANDOM_BITS: tl.constexpr,
+    RULE: tl.constexpr,
+    ZERO_ENC: tl.constexpr,
+    # tiling
+    BM: tl.constexpr,
+    BK: tl.constexpr,
+    EVEN: tl.constexpr,
+    SANITIZE: tl.constexpr,
+):
+    tiles_k = tl.cdiv(K, BK)
+    tiles = tl.cdiv(M, BM) * tiles_k
+    r = tl.arange(0, BM)
+    c = tl.arange(0, BK)
+    p0 = tl.full([], 0.0, tl.float32)
+    p1 = tl.full([], 0.0, tl.float32)
+    t_p0 = tl.full([], 0.0, tl.float32)
+    t_p1 = tl.full([], 0.0, tl.float32)
+    if not ROW_AMAX:
+        if ROWWISE:
+            p0, p1 = _operand_scales(amax_ptr, tensor_scale_ptr, RULE)
+        if COLUMNWISE:
+            t_p0, t_p1 = _operand_scales(columnwise_amax_ptr, columnwise_tensor_scale_ptr, RULE)
+    # Persistent programs walk the tiles backwards: the amax pass read the last ones last (still in L2).
+    for step in range(tl.program_id(0), tiles, tl.num_programs(0)):
+        tile = tiles - 1 - step
+        row0 = (tile // tiles_k) * BM
+        col0 = (tile % tiles_k) * BK
+        pointers = x_ptr + row0.to(tl.int64) * K + (r[:, None] * K + (col0 + c)[None, :])
+        if EVEN:
+            raw = tl.load(pointers, eviction_policy="evict_first")
+        else:
+            mask = ((row0 + r) < M)[:, None] & ((col0 + c) < K)[None, :]
+            raw = tl.load(pointers, mask=mask, other=0, eviction_policy="evict_first")
+        values = float32_bits(raw, INPUT)[1].to(tl.float32, bitcast=True)
+        if ROWWISE:
+            _quantize_tile(
+                values,
+                row0,
+                col0,
+                M,
+                K,
+                p0,
+                p1,
+                amax_ptr,
+                random_ptr,
+                data_ptr,
+                scales_ptr,
+                tensor_scale_ptr,
+                BM,
+                BK,
+                EVEN,
+                TILE_2D,
+                ROW_AMAX,
+                ROUNDING,
+                RANDOM_BITS,
+                RULE,
+                ZERO_ENC,
+                SANITIZE,
+            )
+        if COLUMNWISE:
+            t_values = tl.trans(values)  # a thread holds 16 rows of its columns: no data moves
+            if RHT:
+                t_values = hadamard_16(t_values, BK, BM)
+            _quantize_tile(
+                t_values,
+                col0,
+                row0,
+                K,
+                M,
+                t_p0,
+                t_p1,
+                columnwise_amax_ptr,
+                columnwise_random_ptr,
+                columnwise_data_ptr,
+                columnwise_scales_ptr,
+                columnwise_tensor_scale_ptr,
+                BK,
+                BM,
+                EVEN,
+                TILE_2D,
+                ROW_AMAX,
+                ROUNDING,
+                COLUMNWISE_RANDOM_BITS,
+                RULE,
+                ZERO_ENC,
+                SANITIZE,
+            )
+
+
+# %% Launcher
+
+
+class _Tiling(NamedTuple):
+    """Tile shape, warps and resident programs per SM of a kernel launch."""
+
+    bm: int
+    bk: int
+    num_warps: int
+    programs_per_sm: int
+
+
+def _tiling(s: _Settings, x: torch.Tensor) -> _Tiling:
+    """One warp per 16-row tile: a thread holds whole 16-row column blocks (8 columns of 16 rows when the
+    columnwise operand is wanted: 256 columns per tile), so neither the column amax nor the pairing of rows
+    into bytes crosses threads, and no block scale is computed twice for a column; rowwise-only tiles are
+    128 columns wide (64 elements per thread).  Read from the SASS for sm_90 (``ptxas`` of Triton 3.9, no
+    GPU): about 23 instructions per element rowwise (131 registers; 16 x 256 tiles would save two but need
+    241), 38 for both operands and 49 with the Hadamard transform (255 registers, no spills); the amax pass
+    about 5.
+
+    Triton's interpreter pays per program, not per element: large CPU inputs take 128-row tiles there
+    (the same code, other constexprs; small inputs keep the GPU's tiles, which the CPU tests check).
+    """
+    rows = 128 if x.device.type != "cuda" and x.shape[0] >= 1024 else 16
+    if s.columnwise:
+        return _Tiling(rows, 256, 1, 8)
+    return _Tiling(rows, 128, 1, 12)
+
+
+def _outputs(x: torch.Tensor, s: _Settings) -> dict[str, torch.Tensor]:
+    """Allocate every output; the amax buffers are int32 zeros (``atomic_max`` of float bit patterns)."""
+    rows, cols = x.shape
+    out: dict[str, torch.Tensor] = {}
+    amax_sizes = []
+    if s.rowwise:
+        amax_sizes.append(rows if s.amax_scope == "row" else 1)
+    if s.columnwise:
+        amax_sizes.append(cols if s.amax_scope == "row" else 1)
+    amax_bits = torch.zeros(sum(amax_sizes), dtype=torch.int32, device=x.device)
+    parts = list(torch.split(amax_bits, amax_sizes))
+    for prefix, wanted, shape in (("", s.rowwise, (rows, cols)), ("columnwise_", s.columnwise, (cols, rows))):
+        if not wanted:
+            continue
+        amax = parts.pop(0)
+        out[f"{prefix}data"] = torch.empty((shape[0], shape[1] // 2), dtype=torch.uint8, device=x.device)
+        out[f"{prefix}scales"] = torch.empty((shape[0], shape[1] // 16), dtype=torch.uint8, device=x.device)
+        out[f"{prefix}amax"] = amax
+        out[f"{prefix}tensor_scale"] = torch.empty(amax.shape, dtype=torch.float32, device=x.device)
+    return out
+
+
+def _interpreter_errstate(x: torch.Tensor) -> contextlib.AbstractContextManager[Any]:
+    """Triton's interpreter runs the kernels in NumPy, which warns on every Inf and NaN it computes."""
+    if x.device.type == "cuda":
+        return contextlib.nullcontext()
+    import numpy as np
+
+    return np.errstate(over="ignore", invalid="ignore", divide="ignore")
+
+
+def _launch_options(x: torch.Tensor) -> dict[str, Any]:
+    """No floating-point contraction on the GPU: an FMA would skip the rounding of a product."""
+    return {} if x.device.type != "cuda" else {"enable_fp_fusion": False}
+
+
+def _programs(x: torch.Tensor, tiles: int, per_sm: int) -> int:
+    """Persistent grid: ``per_sm`` programs per SM (the interpreter runs four), never more than the tiles."""
+    if x.device.type != "cuda":
+        return min(tiles, 4)
+    return min(tiles, per_sm * torch.cuda.get_device_properties(x.device).multi_processor_count)
+
+
+def _kept_tiles(x: torch.Tensor, tiles: int, tiling: _Tiling) -> int:
+    """How many of the last tiles the amax pass marks evict-last: about 60% of the GPU's L2 (the quantize
+    pass reads them first, before its own writes push them out); none in the interpreter."""
+    if x.device.type != "cuda":
+        return 0
+    l2_bytes = torch.cuda.get_device_properties(x.device).L2_cache_size
+    return min(tiles, int(0.6 * l2_bytes) // (tiling.bm * tiling.bk * x.element_size()))
+
+
+def _kernel_bits(t: torch.Tensor | None, dummy: torch.Tensor) -> torch.Tensor:
+    """uint32 random bits travel as int32 (the kernel reinterprets them); absent ones as a dummy pointer."""
+    if t is None:
+        return dummy
+    return t.view(torch.int32) if t.dtype == torch.uint32 else t
+
+
+def _quantize_triton(
+    x: torch.Tensor, s: _Settings, random_bits: torch.Tensor | None, columnwise_random_bits: torch.Tensor | None
+) -> dict[str, torch.Tensor]:
+    """Both passes with the Triton kernels (arguments checked, ``x`` contiguous)."""
+    options = _launch_options(x)
+    rows, cols = x.shape
+    out = _outputs(x, s)
+    dummy = out.get("amax", out.get("columnwise_amax"))
+    assert dummy is not None
+    tiling = _tiling(s, x)
+    tiles = triton.cdiv(rows, tiling.bm) * triton.cdiv(cols, tiling.bk)
+    variant = {
+        "INPUT": _INPUT_DTYPES[x.dtype],
+        "ROWWISE": s.rowwise,
+        "COLUMNWISE": s.columnwise,
+        "ROW_AMAX": s.amax_scope == "row",
+        "RHT": s.rht and s.columnwise,
+        "RULE": _RULE_IDS[s.scale_rule],
+        "BM": tiling.bm,
+        "BK": tiling.bk,
+        "EVEN": rows % tiling.bm == 0 and cols % tiling.bk == 0,
+        "SANITIZE": x.device.type != "cuda",
+    }
+    launch = {"num_warps": tiling.num_warps, **options}
+    with _interpreter_errstate(x):
+        jit(_nvfp4_amax_kernel)[(_programs(x, tiles, 8),)](
+            x,
+            out.get("amax", dummy),
+            out.get("columnwise_amax", dummy),
+            rows,
+            cols,
+            _kept_tiles(x, tiles, tiling),
+            **variant,
+            **launch,
+        )
+        jit(_nvfp4_quantize_kernel)[(_programs(x, tiles, tiling.programs_per_sm),)](
+            x,
+            _kernel_bits(random_bits, dummy),
+            _kernel_bits(columnwise_random_bits, dummy),
+            *(
+                out.get(f"{p}{n}", dummy)
+                for p in ("", "columnwise_")
+                for n in ("data", "scales", "amax", "tensor_scale")
+            ),
+            rows,
+            cols,
+            **variant,
+            TILE_2D=s.block == "16x16",
+            ROUNDING=0 if s.rounding == "rne" else 2,
+            RANDOM_BITS=0 if random_bits is None else _RANDOM_DTYPES[random_bits.dtype],
+            COLUMNWISE_RANDOM_BITS=0
+            if columnwise_random_bits is None
+            else _RANDOM_DTYPES[columnwise_random_bits.dtype],
+            ZERO_ENC=s.zero_scale == "zero",
+            **launch,
+        )
+    for prefix in ("", "columnwise_"):
+        if f"{prefix}amax" in out:
+            out[f"{prefix}amax"] = out[f"{prefix}amax"].view(torch.float32)
+    return out
+
+
+# %% Torch path
+
+
+def _full(like: torch.Tensor, value: float) -> torch.Tensor:
+    return torch.full_like(like, value, dtype=torch.float32)
+
+
+def _torch_hadamard_16(values: torch.Tensor) -> torch.Tensor:
+    """:func:`hadamard_16` with torch ops on float32 ``[R, C]``."""
+    rows, cols = values.shape
+    lane = torch.arange(16, device=values.device)
+    signs = torch.where(((RHT_SIGN_MASK >> lane) & 1) != 0, -0.25, 0.25).to(torch.float32)
+    v = values.reshape(rows, cols // 16, 16) * signs
+    for h in (1, 2, 4, 8):
+        pairs = v.reshape(rows, cols // 16, 16 // (2 * h), 2, h)
+        a, b = pairs[..., 0, :], pairs[..., 1, :]
+        v = torch.stack([a + b, a - b], dim=-2)
+    bits = v.reshape(rows, cols).view(torch.int32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+    quiet = (bits | 0x400000) & -65536
+    return torch.where((bits & 0x7FFFFFFF) > _F32_INF, quiet, rounded).view(torch.float32)
+
+
+def _e4m3_values(codes: torch.Tensor) -> torch.Tensor:
+    """float32 value of E4M3 codes (uint8), from the bit fields (0x7F/0xFF NaN)."""
+    c = codes.to(torch.int32)
+    exponent, mantissa = (c >> 3) & 15, c & 7
+    normal = (((exponent + 120) << 23) | (mantissa << 20)).view(torch.float32)
+    value = torch.where(exponent == 0, mantissa.to(torch.float32) * 2.0**-9, normal)
+    value = torch.where((c & 0x80) != 0, -value, value)
+    return torch.where((c & 0x7F) == 0x7F, torch.full_like(value, float("nan")), value)
+
+
+def _torch_operand(
+    values: torch.Tensor, random_bits: torch.Tensor | None, s: _Settings
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(data, scales, amax, tensor_scale)`` of one float32 operand ``[R, C]`` with torch ops."""
+    rows, cols = values.shape
+    magnitude = values.view(torch.int32) & 0x7FFFFFFF
+    if s.scale_rule == "te":
+        magnitude = magnitude.masked_fill(magnitude > _F32_INF, 0)
+    amax_bits = magnitude.amax(dim=1) if s.amax_scope == "row" else magnitude.amax().reshape(1)
+    amax = amax_bits.view(torch.float32)
+    blocks = magnitude.reshape(rows, cols // 16, 16).amax(dim=2)
+    if s.block == "16x16":
+        blocks = blocks.reshape(rows // 16, 16, cols // 16).amax(dim=1).repeat_interleave(16, dim=0)
+    block_amax = blocks.view(torch.float32)
+    if s.scale_rule == "te":
+        encode = torch.minimum(_full(amax, 2688.0) / amax, _full(amax, _FLT_MAX))
+        encode = torch.where((amax == 0) | (encode == 0), _full(amax, 1.0), encode)
+        tensor_scale = _full(encode, 1.0) / encode
+        target = torch.minimum(
+            block_amax * (encode * _full(encode, _SIXTH)).reshape(-1, 1), _full(block_amax, _FLT_MAX)
+        )
+        codes = cast_fp8(target.contiguous(), format="float8_e4m3fn", overflow="saturate")["codes"]
+        block_scale = _e4m3_values(codes)
+        enc = torch.minimum(
+            _full(block_scale, 1.0) / (block_scale * tensor_scale.reshape(-1, 1)), _full(block_scale, _FLT_MAX)
+        )
+        if s.zero_scale == "zero":
+            enc = torch.where(block_scale == 0, _full(enc, 0.0), enc)
+    else:
+        if s.scale_rule == "torchao":
+            tensor_scale = amax / _full(amax, 2688.0)
+            block_scaled = block_amax / _full(block_amax, 6.0)
+        else:
+            tensor_scale = amax * _full(amax, _INV_2688)
+            block_scaled = block_amax * _full(block_amax, _SIXTH)
+        ratio = block_scaled / tensor_scale.reshape(-1, 1)
+        clamped = torch.clamp(ratio, _TORCHAO_FLOOR, _E4M3_MAX)  # NaN stays NaN
+        codes = cast_fp8(clamped.contiguous(), format="float8_e4m3fn", overflow="saturate")["codes"]
+        block_scale = _e4m3_values(codes)
+        enc = (_full(tensor_scale, 1.0) / tensor_scale).reshape(-1, 1) / block_scale
+    scaled = (values.reshape(rows, cols // 16, 16) * enc[:, :, None]).reshape(rows, cols).contiguous()
+    q = cast_fp4(scaled, format="float4_e2m1fn", rounding=s.rounding, nan="max", random_bits=random_bits)["codes"]
+    return pack_nibbles(q)["packed"], codes, amax, tensor_scale.reshape(amax.shape)
+
+
+def _quantize_torch(
+    x: torch.Tensor, s: _Settings, random_bits: torch.Tensor | None, columnwise_random_bits: torch.Tensor | None
+) -> dict[str, torch.Tensor]:
+    values = x.to(torch.float32)
+    out: dict[str, torch.Tensor] = {}
+    operands = []
+    if s.rowwise:
+        operands.append(("", values, random_bits))
+    if s.columnwise:
+        operand = values.t().contiguous()
+        operands.append(("columnwise_", _torch_hadamard_16(operand) if s.rht else operand, columnwise_random_bits))
+    for prefix, operand, bits in operands:
+        data, scales, amax, tensor_scale = _torch_operand(operand, bits, s)
+        out.update(
+            {
+                f"{prefix}data": data,
+                f"{prefix}scales": scales,
+                f"{prefix}amax": amax,
+                f"{prefix}tensor_scale": tensor_scale,
+            }
+        )
+    return out
+
+
+# %% Argument checks
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _check_choice(name: str, value: object, allowed: tuple[Any, ...]) -> None:
+    if not any(type(value) is type(choice) and value == choice for choice in allowed):
+        raise ValueError(f"Got {name}={value!r}, but {name} must be one of {list(allowed)}")
+
+
+def _check_settings(s: _Settings) -> None:
+    _check_choice("usage", s.usage, USAGES)
+    _check_choice("block", s.block, BLOCKS)
+    _check_choice("amax_scope", s.amax_scope, AMAX_SCOPES)
+    _check_choice("rht", s.rht, (False, True))
+    _check_choice("rounding", s.rounding, ROUNDINGS)
+    _check_choice("scale_rule", s.scale_rule, SCALE_RULES)
+    _check_choice("zero_scale", s.zero_scale, ZERO_SCALES)
+    if s.amax_scope == "row":
+        for name, value, allowed in (
+            ("rht", s.rht, False),
+            ("block", s.block, "1x16"),
+            ("rounding", s.rounding, "rne"),
+        ):
+            if value != allowed:
+                raise ValueError(
+                    f"Got amax_scope='row' and {name}={value!r}, but the row-scaled variant needs {name}={allowed!r} "
+                    "(TE's row_scaled_nvfp4 supports no RHT, 2D blocks or stochastic rounding)"
+                )
+        if s.usage == "columnwise":
+            raise ValueError(
+                "Got amax_scope='row' and usage='columnwise', but the row-scaled variant needs the rowwise operand "
+                "(TE's row_scaled_nvfp4); use usage='both'"
+            )
+    if s.scale_rule != "te":
+        for name, value, allowed in (
+            ("block", s.block, "1x16"),
+            ("rht", s.rht, False),
+            ("rounding", s.rounding, "rne"),
+            ("amax_scope", s.amax_scope, "tensor"),
+            ("zero_scale", s.zero_scale, "flt_max"),
+        ):
+            if value != allowed:
+                raise ValueError(
+                    f"Got scale_rule={s.scale_rule!r} and {name}={value!r}, but torchao's nvfp4_quantize has "
+                    f"{name}={allowed!r} only"
+                )
+
+
+def _check_x(x: object) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"Got x of type {type(x).__name__}, but x must be a torch.Tensor")
+    if x.dtype not in _INPUT_DTYPES:
+        allowed = [_dtype_name(d) for d in _INPUT_DTYPES]
+        raise TypeError(f"Got x.dtype={_dtype_name(x.dtype)}, but x must be one of {allowed}")
+    shape = tuple(x.shape)
+    if x.dim() != 2:
+        raise ValueError(f"Got x.shape={shape}, but x must be 2-D [M, K]; reshape the leading dimensions into M")
+    if x.numel() == 0:
+        raise ValueError(f"Got x.shape={shape}, but x must not be empty: NVFP4 needs at least one 16x16 tile")
+    if shape[0] % 16 or shape[1] % 16:
+        raise ValueError(
+            f"Got x.shape={shape}, but M and K must be multiples of 16 (TE's NVFP4 quantizer); pad x with zeros"
+        )
+    return x
+
+
+def _check_random_bits(
+    name: str, bits: object, rounding: str, needed: bool, shape: tuple[int, int], x: torch.Tensor
+) -> None:
+    if rounding != "stochastic" or not needed:
+        if bits is not None:
+            why = f"rounding={rounding!r}" if rounding != "stochastic" else "usage, which leaves this operand out"
+            raise ValueError(f"Got {name} with {why}, but {name} is only for stochastic rounding of its operand")
+        return
+    if bits is None:
+        raise ValueError(
+            f"Got rounding='stochastic' and no {name}, but stochastic rounding needs {name}: "
+            f"a uint8 or uint32 tensor of shape {shape}"
+        )
+    if not isinstance(bits, torch.Tensor):
+        raise TypeError(f"Got {name} of type {type(bits).__name__}, but {name} must be a torch.Tensor")
+    if bits.dtype not in _RANDOM_DTYPES:
+        raise TypeError(f"Got {name}.dtype={_dtype_name(bits.dtype)}, but {name} must be uint8 or uint32")
+    if tuple(bits.shape) != shape:
+        raise ValueError(f"Got {name}.shape={tuple(bits.shape)}, but {name} must have shape {shape}")
+    if bits.device != x.device:
+        raise ValueError(f"Got {name} on {bits.device}, but {name} must be on x's device ({x.device})")
+
+
+# %% Public function
+
+
+def nvfp4(
+    x: torch.Tensor,
+    *,
+    usage: str = "both",
+    block: str = "1x16",
+    amax_scope: str = "tensor",
+    rht: bool = False,
+    rounding: str = "rne",
+    scale_rule: str = "te",
+    zero_scale: str = "flt_max",
+    random_bits: torch.Tensor | None = None,
+    columnwise_random_bits: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """Quantize a float32/bfloat16/float16 matrix to NVFP4: rowwise and/or columnwise operands.
+
+    Contract
+    --------
+    ``quant.nvfp4`` (``specs/quant/nvfp4.yaml``): per operand (``x``, and ``x.T`` or its random
+    Hadamard transform with ``rht``), the amax (NaN ignored under ``te``), the tensor scale
+    (``te``: ``S_dec = fl32(1 / S_enc)``, ``S_enc = min(fl32(2688 / amax), FLT_MAX)`` or 1 for amax
+    0 / Inf; torchao: ``amax / 2688``), E4M3 block scales over 1x16 blocks or 16x16 tiles, encode
+    scales (``zero_scale`` decides a block scale that rounds to 0 under ``te``) and E2M1 codes of
+    ``fl32(v * enc)``, rounded to nearest even or stochastically with ``random_bits`` /
+    ``columnwise_random_bits``.
+
+    Source
+    ------
+    TransformerEngine@d0067d0 ``common/cast/nvfp4`` (kernels), ``reference_nvfp4.py``,
+    ``test_cast_nvfp4_transpose.cu``; torchao ``nvfp4_quantize``; see the spec for which value
+    follows which.
+
+    Encoding
+    --------
+    ``data`` uint8 ``[M, K/2]`` (low nibble first), ``scales`` uint8 E4M3 ``[M, K/16]``, ``amax`` and
+    ``tensor_scale`` float32 ``[1]`` (or ``[M]`` for ``amax_scope="row"``); ``columnwise_*`` the
+    same for ``x.T`` (``[K, M/2]``, ``[K, M/16]``, ``[1]`` or ``[K]``).  Only the outputs of the
+    operands ``usage`` names are returned, on ``x``'s device.
+
+    Edge cases
+    ----------
+    As ``reference.quant.nvfp4``: amax 0 or Inf gives ``S_enc = 1``; NaN elements give +6 (0x7), ±Inf
+    ±6, -0.0 0x8; torchao's rules give NaN scales for amax 0 or NaN.
+
+    The implementation (Triton kernels or torch ops) is chosen per call by ``QCONFORM_FAST_PATH``.
+    Raises ``TypeError`` unless ``x`` is a float32, bfloat16 or float16 tensor and random bits are
+    uint8 or uint32 tensors; ``ValueError`` for unknown or unsupported parameters (as the
+    reference), an ``x`` that is not 2-D, empty or not a multiple of 16 in both dims, and random
+    bits missing, superfluous, of the wrong shape or on another device; ``RuntimeError`` where a
+    forced Triton path cannot run.
+    """
+    s = _Settings(usage, block, amax_scope, rht, rounding, scale_rule, zero_scale)
+    _check_settings(s)
+    _check_x(x)
+    rows, cols = x.shape
+    _check_random_bits("random_bits", random_bits, rounding, s.rowwise, (rows, cols), x)
+    _check_random_bits("columnwise_random_bits", columnwise_random_bits, rounding, s.columnwise, (cols, rows), x)
+    x = x.contiguous()
+    if random_bits is not None:
+        random_bits = random_bits.contiguous()
+    if columnwise_random_bits is not None:
+        columnwise_random_bits = columnwise_random_bits.contiguous()
+    run: Callable[..., dict[str, torch.Tensor]] = (
+        _quantize_triton if selected_path(x.device) == "triton" else _quantize_torch
+    )
+    return run(x, s, random_bits, columnwise_random_bits)
+
+
+# %% Benchmark
+
+
+def bench(
+    shape: tuple[int, int] = (8192, 8192), *, dtype: torch.dtype = torch.bfloat16, usage: str = "rowwise", **params: Any
+) -> dict[str, float]:
+    """Median time of :func:`nvfp4` on a random CUDA matrix, beside a device-to-device copy.
+
+    Bytes moved: the input read twice (amax pass and quantize pass) plus every output written once.
+    Returns ``ms``, ``gb_per_s``, ``copy_gb_per_s`` and ``fraction_of_copy``.
+    """
+    from triton.testing import do_bench
+
+    x = (torch.randn(shape, device="cuda") * 4).to(dtype)
+    out = nvfp4(x, usage=usage, **params)
+    ms = do_bench(lambda: nvfp4(x, usage=usage, **params), return_mode="median")
+    dst = torch.empty_like(x)
+    copy_ms = do_bench(lambda: dst.copy_(x), return_mode="median")
+    moved = 2 * x.numel() * x.element_size() + sum(t.numel() * t.element_size() for t in out.values())
+    gb_per_s = moved / ms / 1e6
+    copy_gb_per_s = 2 * x.numel() * x.element_size() / copy_ms / 1e6
+    return {
+        "ms": ms,
+        "gb_per_s": gb_per_s,
+        "copy_gb_per_s": copy_gb_per_s,
+        "fraction_of_copy": gb_per_s / copy_gb_per_s,
+    }
+
+
+# %% Check and time
+
+
+def _main() -> None:
+    """Check the Triton kernels against the torch path on an irregular shape, then time them on CUDA."""
+    device_ = "cuda" if torch.cuda.is_available() else "cpu"
+    if device_ == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    generator = torch.Generator().manual_seed(0)
+    x = (torch.randn((208, 176), generator=generator) * 3).to(torch.bfloat16).to(device_)
+    for usage in USAGES:
+        for block in BLOCKS:
+            for rht in (False, True):
+                os.environ[PATH_ENV] = "triton"
+                kernel = nvfp4(x, usage=usage, block=block, rht=rht)
+                os.environ[PATH_ENV] = "torch"
+                torch_path = nvfp4(x, usage=usage, block=block, rht=rht)
+                bad = {k: int((kernel[k].view(torch.uint8) != torch_path[k].view(torch.uint8)).sum()) for k in kernel}
+                print(f"usage={usage} block={block} rht={rht}: mismatching bytes {bad}")
+    os.environ.pop(PATH_ENV, None)
+    if device_ == "cuda":
+        for usage in ("rowwise", "both"):
+            print(usage, bench(usage=usage))
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,180 @@
+"""Benchmarks of ``quant.nvfp4`` (and ``dequant.nvfp4``) on a bfloat16 8192 x 8192 matrix, beside the copy
+bandwidth (``conftest.py``) and the peers, timed the same way on the same input.
+
+Bytes moved: a per-tensor amax needs the whole input before any scale, so the recipe reads the input twice
+(the amax pass and the quantize pass: 2 x 128 MiB) and writes each output once (rowwise: 32 MiB of data and
+4 MiB of scales; ``both`` twice that).  ``extra_info["one_read_bytes"]`` is the floor of a single read, the
+figure issue #4's "about 0.060 ms" refers to.  Peers: ``torch.compile`` of straightforward torch code for
+the same TE arithmetic (rowwise, and rowwise plus the transposed operand in one graph), and torchao's own
+NVFP4 path (``nvfp4_quantize`` with ``per_tensor_amax_to_scale``) under ``torch.compile`` when torchao is
+importable.  Run with ``pytest tests/bench -m bench --benchmark-enable``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from fast.dequant.nvfp4 import dequantize
+from fast.quant.nvfp4 import PATH_ENV, nvfp4
+
+pytestmark = [
+    pytest.mark.bench,
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+Measure = Callable[..., dict[str, Any]]
+SHAPE = (8192, 8192)
+FLT_MAX = torch.finfo(torch.float32).max
+
+
+@pytest.fixture(scope="module")
+def x() -> torch.Tensor:
+    """Normal bfloat16 values whose 16-element blocks span 2**±8 (varied block scales)."""
+    generator = torch.Generator("cuda").manual_seed(0)
+    spread = 2.0 ** torch.randint(-8, 9, (SHAPE[0], SHAPE[1] // 16, 1), device="cuda", generator=generator).float()
+    values = torch.randn((SHAPE[0], SHAPE[1] // 16, 16), device="cuda", generator=generator) * spread
+    return values.reshape(SHAPE).to(torch.bfloat16)
+
+
+@pytest.fixture(autouse=True)
+def triton_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PATH_ENV, "triton")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+
+
+def output_bytes(usage: str) -> int:
+    rows, cols = SHAPE
+    per_operand = rows * cols // 2 + rows * cols // 16 + 8
+    return per_operand * (2 if usage == "both" else 1)
+
+
+def input_bytes(x: torch.Tensor) -> int:
+    return x.numel() * x.element_size()
+
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "rowwise": {"usage": "rowwise"},
+    "both": {"usage": "both"},
+    "columnwise": {"usage": "columnwise"},
+    "both 16x16": {"usage": "both", "block": "16x16"},
+    "both rht": {"usage": "both", "rht": True},
+    "rowwise torchao_cuda": {"usage": "rowwise", "scale_rule": "torchao_cuda"},
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_triton_kernels(measure: Measure, x: torch.Tensor, variant: str) -> None:
+    params = VARIANTS[variant]
+    usage = params["usage"]
+    measure(
+        lambda: functools.partial(nvfp4, x, **params),
+        bytes_moved=2 * input_bytes(x) + output_bytes(usage),
+        one_read_bytes=input_bytes(x) + output_bytes(usage),
+        implementation="fast.quant.nvfp4 (Triton, two passes)",
+        shape="bf16_8192x8192",
+        variant=variant,
+    )
+
+
+def test_triton_stochastic(measure: Measure, x: torch.Tensor) -> None:
+    bits = torch.randint(0, 256, SHAPE, dtype=torch.uint8, device="cuda")
+    measure(
+        lambda: functools.partial(nvfp4, x, usage="rowwise", rounding="stochastic", random_bits=bits),
+        bytes_moved=2 * input_bytes(x) + bits.numel() + output_bytes("rowwise"),
+        implementation="fast.quant.nvfp4 (Triton, two passes)",
+        shape="bf16_8192x8192",
+        variant="rowwise stochastic uint8 bits",
+    )
+
+
+def test_triton_dequantize(measure: Measure, x: torch.Tensor) -> None:
+    q = nvfp4(x, usage="rowwise")
+    measure(
+        lambda: functools.partial(dequantize, q["data"], q["scales"], amax=q["amax"], out_dtype="bfloat16"),
+        bytes_moved=output_bytes("rowwise") + input_bytes(x),
+        implementation="fast.dequant.dequantize (Triton)",
+        shape="bf16_8192x8192",
+        variant="te, bfloat16 out",
+    )
+
+
+# %% Peers
+
+
+def _torch_nvfp4_rowwise(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """TE's NVFP4 arithmetic written plainly in torch (E4M3 by torch's cast, E2M1 by threshold counts)."""
+    rows, cols = x.shape
+    values = x.float()
+    amax = values.abs().amax()
+    encode = torch.clamp(2688.0 / amax, max=FLT_MAX)
+    encode = torch.where((amax == 0) | (encode == 0), torch.ones_like(encode), encode)
+    decode = 1.0 / encode
+    blocks = values.view(rows, cols // 16, 16)
+    block_amax = blocks.abs().amax(dim=-1, keepdim=True)
+    scale = torch.clamp(block_amax * (encode * (1.0 / 6.0)), max=448.0).to(torch.float8_e4m3fn)
+    enc = torch.clamp(1.0 / (scale.float() * decode), max=FLT_MAX)
+    scaled = (blocks * enc).view(rows, cols)
+    a = scaled.abs()
+    code = (
+        (a > 0.25).to(torch.uint8)
+        + (a >= 0.75).to(torch.uint8)
+        + (a > 1.25).to(torch.uint8)
+        + (a >= 1.75).to(torch.uint8)
+        + (a > 2.5).to(torch.uint8)
+        + (a >= 3.5).to(torch.uint8)
+        + (a > 5.0).to(torch.uint8)
+    ) | ((scaled < 0).to(torch.uint8) << 3)
+    return code[:, 0::2] | (code[:, 1::2] << 4), scale.view(torch.uint8).view(rows, cols // 16), amax
+
+
+def _torch_nvfp4_both(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return (*_torch_nvfp4_rowwise(x), *_torch_nvfp4_rowwise(x.t().contiguous()))
+
+
+def _torchao_peer() -> Callable[[torch.Tensor], Any] | None:
+    try:
+        from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize, per_tensor_amax_to_scale
+    except ImportError:
+        return None
+
+    def run(x: torch.Tensor) -> Any:
+        return nvfp4_quantize(x, 16, per_tensor_amax_to_scale(torch.max(torch.abs(x))))
+
+    return run
+
+
+PEERS: dict[str, tuple[Callable[[], Callable[[torch.Tensor], Any] | None], str]] = {
+    "torch.compile of plain torch NVFP4 (rowwise)": (
+        lambda: torch.compile(_torch_nvfp4_rowwise, dynamic=False),
+        "rowwise",
+    ),
+    "torch.compile of plain torch NVFP4 (rowwise + transposed)": (
+        lambda: torch.compile(_torch_nvfp4_both, dynamic=False),
+        "both",
+    ),
+    "torch.compile of torchao nvfp4_quantize + per_tensor_amax_to_scale": (
+        lambda: None if (peer := _torchao_peer()) is None else torch.compile(peer, dynamic=False),
+        "rowwise",
+    ),
+}
+
+
+@pytest.mark.parametrize("peer", PEERS)
+def test_peer(measure: Measure, x: torch.Tensor, peer: str) -> None:
+    build, usage = PEERS[peer]
+    fn = build()
+    if fn is None:
+        pytest.skip("torchao is not importable")
+    measure(
+        lambda: functools.partial(fn, x),
+        bytes_moved=2 * input_bytes(x) + output_bytes(usage),
+        one_read_bytes=input_bytes(x) + output_bytes(usage),
+        implementation=peer,
+        shape="bf16_8192x8192",
+        variant=usage,
+    )

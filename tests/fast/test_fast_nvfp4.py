@@ -1,0 +1,346 @@
+"""``fast.quant.nvfp4``, ``fast.dequant.nvfp4`` and ``fast.stochastic.nvfp4`` on CPU: the torch paths and the
+Triton kernels (in Triton's interpreter, small shapes) against ``reference``, bit for bit; the kernels' device
+functions on every bfloat16 pattern; path selection.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import fast._triton
+from fast._triton import jit, round_to_code, tl
+from fast.dequant.nvfp4 import dequantize as fast_dequantize_native
+from fast.dequant.nvfp4 import nvfp4 as fast_dequantize
+from fast.quant.nvfp4 import PATH_ENV, e2m1_rne, hadamard_16
+from fast.quant.nvfp4 import nvfp4 as fast_nvfp4
+from fast.stochastic import nvfp4 as fast_stochastic
+from reference.cast import fp4 as reference_fp4
+from reference.cast import fp8 as reference_fp8
+from reference.dequant.nvfp4 import nvfp4 as reference_dequantize
+from reference.quant.nvfp4 import hadamard_16 as reference_hadamard
+from reference.quant.nvfp4 import nvfp4 as reference_nvfp4
+
+quant_module = importlib.import_module("fast.quant.nvfp4")
+_e4m3_rne = quant_module._e4m3_rne
+
+GENERATOR = torch.Generator().manual_seed(20261122)
+
+
+def carrier(x: torch.Tensor) -> np.ndarray:
+    """The reference's input: float32 (bfloat16 widened by bits), float16 as is."""
+    if x.dtype == torch.bfloat16:
+        return (x.view(torch.int16).numpy().astype(np.int32).astype(np.uint32) << 16).view(np.float32)
+    return x.numpy()
+
+
+def matrix(shape: tuple[int, int], dtype: torch.dtype, kind: str) -> torch.Tensor:
+    """``normal`` values with block magnitudes spread over 2**±20, or uniformly random bit patterns (``wide``)."""
+    if kind == "normal":
+        spread = 2.0 ** torch.randint(-20, 20, (shape[0], shape[1] // 16, 1), generator=GENERATOR).float()
+        x = torch.randn((shape[0], shape[1] // 16, 16), generator=GENERATOR) * spread
+        return x.reshape(shape).to(dtype)
+    bits = torch.randint(-(2**31), 2**31, shape, generator=GENERATOR, dtype=torch.int64).to(torch.int32)
+    return bits.view(torch.float32) if dtype == torch.float32 else bits.to(torch.int16).view(dtype)
+
+
+def random_bits(shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
+    drawn = torch.randint(-(2**31), 2**31, shape, generator=GENERATOR, dtype=torch.int64).to(torch.int32)
+    return drawn.view(torch.uint32) if dtype == torch.uint32 else drawn.to(torch.uint8)
+
+
+def assert_matches_reference(x: torch.Tensor, **params: Any) -> None:
+    """Every output of ``fast.quant.nvfp4`` equals the reference's (NaN scales and don't-care bytes as the spec)."""
+    __tracebackhide__ = True
+    as_numpy = {k: v.numpy() for k, v in params.items() if isinstance(v, torch.Tensor)}
+    settings = {k: v for k, v in params.items() if not isinstance(v, torch.Tensor)}
+    expected = reference_nvfp4(carrier(x), **settings, **as_numpy)
+    got = fast_nvfp4(x, **params)
+    assert set(got) == {k for k in expected if not k.endswith("dont_care")}
+    for name, tensor in got.items():
+        g, e = tensor.numpy(), expected[name]
+        same = g.view(np.uint32) == e.view(np.uint32) if g.dtype == np.float32 else g == e
+        if g.dtype == np.float32:
+            same |= np.isnan(g) & np.isnan(e)
+        if name.endswith("scales"):
+            same |= ((g & 0x7F) == 0x7F) & ((e & 0x7F) == 0x7F)
+        if name.endswith("data"):
+            same |= expected[f"{name}_dont_care"]
+        if not same.all():
+            where = np.argwhere(~same)[:4].tolist()
+            pytest.fail(f"{name}: {(~same).sum()} of {same.size} differ, first at {where} [{settings}, {x.dtype}]")
+
+
+def valid_combinations() -> list[dict[str, Any]]:
+    """Every parameter set the spec has a row for."""
+    combos = []
+    for usage, block, scope, rht, rounding, rule, zero in itertools.product(
+        ["both", "rowwise", "columnwise"],
+        ["1x16", "16x16"],
+        ["tensor", "row"],
+        [False, True],
+        ["rne", "stochastic"],
+        ["te", "torchao", "torchao_cuda"],
+        ["flt_max", "zero"],
+    ):
+        if scope == "row" and (rht or block != "1x16" or rounding != "rne" or usage == "columnwise"):
+            continue
+        if rule != "te" and (block != "1x16" or rht or rounding != "rne" or scope != "tensor" or zero != "flt_max"):
+            continue
+        if usage == "rowwise" and rht:
+            continue
+        combos.append(
+            {"usage": usage, "block": block, "amax_scope": scope, "rht": rht, "rounding": rounding}
+            | {"scale_rule": rule, "zero_scale": zero}
+        )
+    return combos
+
+
+def with_bits(
+    params: dict[str, Any], shape: tuple[int, int], dtypes: tuple[torch.dtype, torch.dtype]
+) -> dict[str, Any]:
+    if params["rounding"] != "stochastic":
+        return params
+    extra = {}
+    if params["usage"] != "columnwise":
+        extra["random_bits"] = random_bits(shape, dtypes[0])
+    if params["usage"] != "rowwise":
+        extra["columnwise_random_bits"] = random_bits((shape[1], shape[0]), dtypes[1])
+    return params | extra
+
+
+# %% The torch path
+
+
+@pytest.fixture
+def torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PATH_ENV, "torch")
+
+
+@pytest.mark.usefixtures("torch_path")
+@pytest.mark.parametrize("params", valid_combinations(), ids=lambda p: ",".join(f"{v}" for v in p.values()))
+def test_torch_path_matches_reference(params: dict[str, Any]) -> None:
+    for dtype, kind in itertools.product([torch.bfloat16, torch.float32, torch.float16], ["normal", "wide"]):
+        shape = (48, 80)
+        assert_matches_reference(matrix(shape, dtype, kind), **with_bits(params, shape, (torch.uint8, torch.uint32)))
+
+
+@pytest.mark.usefixtures("torch_path")
+def test_torch_path_special_values() -> None:
+    specials = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-40, 3.4e38, -6.0])
+    x = specials[torch.randint(0, 8, (32, 32), generator=GENERATOR)]
+    for params in ({}, {"block": "16x16", "rht": True}, {"scale_rule": "torchao"}, {"zero_scale": "zero"}):
+        assert_matches_reference(x, **params)
+
+
+@pytest.mark.usefixtures("torch_path")
+@pytest.mark.parametrize("out_dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize(("scale_rule", "amax_scope"), [("te", "tensor"), ("te", "row"), ("torchao", "tensor")])
+def test_dequantize_torch_path(out_dtype: str, scale_rule: str, amax_scope: str) -> None:
+    check_dequantize(out_dtype, scale_rule, amax_scope)
+
+
+def check_dequantize(out_dtype: str, scale_rule: str, amax_scope: str) -> None:
+    data = torch.randint(0, 256, (24, 40), generator=GENERATOR, dtype=torch.int32).to(torch.uint8)
+    scales = torch.randint(0, 256, (24, 5), generator=GENERATOR, dtype=torch.int32).to(torch.uint8)
+    scale = (torch.rand(24 if amax_scope == "row" else 1, generator=GENERATOR) * 4000).float()
+    scale[0] = float("inf") if amax_scope == "row" else scale[0]
+    name = "amax" if scale_rule == "te" else "tensor_scale"
+    params = {"scale_rule": scale_rule, "amax_scope": amax_scope, "out_dtype": out_dtype}
+    got = fast_dequantize(data, scales, **{name: scale}, **params)["x"].numpy()
+    expected = reference_dequantize(data.numpy(), scales.numpy(), **{name: scale.numpy()}, **params)["x"]
+    same = (got.view(np.uint32) == expected.view(np.uint32)) | (np.isnan(got) & np.isnan(expected))
+    assert same.all(), np.argwhere(~same)[:4]
+
+
+@pytest.mark.usefixtures("torch_path")
+def test_dequantize_native_dtype() -> None:
+    data = torch.randint(0, 256, (16, 8), generator=GENERATOR, dtype=torch.int32).to(torch.uint8)
+    scales = torch.full((16, 1), 0x38, dtype=torch.uint8)
+    out = fast_dequantize_native(data, scales, amax=torch.tensor([3.0]), out_dtype="bfloat16")
+    assert out.dtype == torch.bfloat16 and out.shape == (16, 16)
+    wide = fast_dequantize(data, scales, amax=torch.tensor([3.0]), out_dtype="bfloat16")["x"]
+    assert torch.equal(out.float(), wide)
+
+
+@pytest.mark.usefixtures("torch_path")
+def test_stochastic_draws_are_neighbours_and_unbiased() -> None:
+    x = matrix((16, 32), torch.bfloat16, "normal")
+    codes = fast_stochastic(x, draws=300)["codes"].numpy()
+    reference = reference_nvfp4(
+        carrier(x), usage="rowwise", rounding="stochastic", random_bits=np.zeros((16, 32), np.uint8)
+    )
+    lower = np.stack([reference["data"] & 15, reference["data"] >> 4], axis=-1).reshape(16, 32)
+    up = reference_nvfp4(
+        carrier(x), usage="rowwise", rounding="stochastic", random_bits=np.full((16, 32), 0xFFFFFFFF, np.uint32)
+    )
+    upper = np.stack([up["data"] & 15, up["data"] >> 4], axis=-1).reshape(16, 32)
+    assert ((codes == lower) | (codes == upper)).all()
+    moving = lower != upper
+    assert 0.2 < (codes == upper)[:, moving].mean() < 0.8
+
+
+# %% The Triton kernels in the interpreter
+
+
+@pytest.fixture
+def interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv(PATH_ENV, "triton")
+
+
+KERNEL_CASES = [
+    # (params, shape, input dtype, random bits dtypes)
+    ({}, (32, 48), torch.bfloat16, None),
+    ({}, (32, 256), torch.bfloat16, None),  # whole tiles: the unmasked (EVEN) variant, columnwise tiling
+    ({"usage": "rowwise"}, (16, 128), torch.bfloat16, None),  # EVEN, rowwise tiling
+    ({"usage": "rowwise"}, (48, 144), torch.float16, None),
+    ({"usage": "columnwise", "block": "16x16"}, (48, 32), torch.float32, None),
+    ({"block": "16x16", "rht": True}, (32, 64), torch.bfloat16, None),
+    ({"rht": True, "zero_scale": "zero"}, (16, 48), torch.float32, None),
+    ({"amax_scope": "row"}, (48, 32), torch.bfloat16, None),
+    ({"amax_scope": "row", "usage": "rowwise"}, (16, 144), torch.float32, None),
+    ({"scale_rule": "torchao"}, (32, 48), torch.bfloat16, None),
+    ({"scale_rule": "torchao_cuda", "usage": "rowwise"}, (16, 64), torch.float32, None),
+    ({"rounding": "stochastic"}, (32, 48), torch.bfloat16, (torch.uint8, torch.uint32)),
+    (
+        {"rounding": "stochastic", "rht": True, "usage": "columnwise"},
+        (32, 32),
+        torch.float32,
+        (torch.uint8, torch.uint8),
+    ),
+]
+
+
+@pytest.mark.usefixtures("interpreter")
+@pytest.mark.parametrize(("params", "shape", "dtype", "bits"), KERNEL_CASES)
+def test_kernels_match_reference(
+    params: dict[str, Any], shape: tuple[int, int], dtype: torch.dtype, bits: tuple[torch.dtype, torch.dtype] | None
+) -> None:
+    full = {"usage": "both", "rounding": "rne"} | params
+    for kind in ("wide", "normal"):
+        x = matrix(shape, dtype, kind)
+        extra = with_bits(full, shape, bits) if bits else full
+        assert_matches_reference(x, **extra)
+
+
+@pytest.mark.usefixtures("interpreter")
+def test_kernels_on_special_values() -> None:
+    specials = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-40, 3.4e38, -6.0])
+    x = specials[torch.randint(0, 8, (16, 32), generator=GENERATOR)]
+    assert_matches_reference(x)
+    assert_matches_reference(x, scale_rule="torchao", usage="rowwise")
+
+
+@pytest.mark.usefixtures("interpreter")
+@pytest.mark.parametrize(("scale_rule", "amax_scope"), [("te", "tensor"), ("te", "row"), ("torchao", "tensor")])
+def test_dequantize_kernel(scale_rule: str, amax_scope: str) -> None:
+    for out_dtype in ("float32", "bfloat16", "float16"):
+        check_dequantize(out_dtype, scale_rule, amax_scope)
+
+
+# %% Device functions, on every bfloat16 pattern
+
+
+def _probe_kernel(x_ptr, out_ptr, n, WHICH: tl.constexpr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+    if WHICH == 0:
+        tl.store(out_ptr + offsets, e2m1_rne(x), mask=mask)
+    elif WHICH == 1:
+        bits = x.to(tl.int32, bitcast=True)
+        tl.store(out_ptr + offsets, round_to_code(bits, bits, 0, 1, 1, 28, 8, True, 7, 7, 7, 0, 0), mask=mask)
+    else:
+        code, _ = _e4m3_rne(x)
+        tl.store(out_ptr + offsets, code, mask=mask)
+
+
+def probe(x: torch.Tensor, which: int) -> np.ndarray:
+    out = torch.empty(x.shape, dtype=torch.int32)
+    with np.errstate(all="ignore"):
+        jit(_probe_kernel)[(-(-x.numel() // 8192),)](x, out, x.numel(), WHICH=which, BLOCK=8192)
+    return out.numpy()
+
+
+ALL_BF16 = (torch.arange(1 << 16, dtype=torch.int32) << 16).view(torch.float32)
+RANDOM_F32 = torch.randint(-(2**31), 2**31, (1 << 16,), generator=GENERATOR, dtype=torch.int64).to(torch.int32)
+
+
+@pytest.mark.usefixtures("interpreter")
+def test_e2m1_rne_equals_the_generic_rounding_and_the_reference() -> None:
+    for x in (ALL_BF16, RANDOM_F32.view(torch.float32), ALL_BF16 * 2.0**-120, ALL_BF16 * 2.0**120):
+        got = probe(x, 0)
+        np.testing.assert_array_equal(got, probe(x, 1))
+        np.testing.assert_array_equal(got, reference_fp4(x.numpy(), format="float4_e2m1fn", nan="max")["codes"])
+
+
+@pytest.mark.usefixtures("interpreter")
+def test_e4m3_rne_on_non_negative_values() -> None:
+    for x in (ALL_BF16.abs(), RANDOM_F32.view(torch.float32).abs(), ALL_BF16.abs() * 2.0**-10):
+        x = x[x.isfinite()]
+        expected = reference_fp8(x.numpy(), format="float8_e4m3fn", overflow="saturate")["codes"]
+        np.testing.assert_array_equal(probe(x, 2), expected)
+
+
+def _hadamard_kernel(x_ptr, out_ptr, ROWS: tl.constexpr, COLS: tl.constexpr):
+    offsets = tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
+    tl.store(out_ptr + offsets, hadamard_16(tl.load(x_ptr + offsets), ROWS, COLS))
+
+
+@pytest.mark.usefixtures("interpreter")
+def test_hadamard_device_function() -> None:
+    x = torch.cat([matrix((16, 64), torch.float32, "normal"), matrix((16, 64), torch.float32, "wide")])
+    out = torch.empty_like(x)
+    with np.errstate(all="ignore"):
+        jit(_hadamard_kernel)[(1,)](x, out, ROWS=32, COLS=64)
+    expected = reference_hadamard(x.numpy())
+    same = (out.numpy().view(np.uint32) == expected.view(np.uint32)) | (np.isnan(out.numpy()) & np.isnan(expected))
+    assert same.all()
+
+
+# %% Path selection and arguments
+
+
+def test_forced_triton_on_cpu_needs_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("triton")
+    monkeypatch.setenv(PATH_ENV, "triton")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+        fast_nvfp4(torch.ones(16, 16))
+
+
+def test_forced_triton_without_triton(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fast._triton, "triton", None)
+    monkeypatch.setenv(PATH_ENV, "triton")
+    with pytest.raises(RuntimeError, match="triton is not installed"):
+        fast_nvfp4(torch.ones(16, 16))
+
+
+def test_unknown_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PATH_ENV, "cuda")
+    with pytest.raises(ValueError, match="QCONFORM_FAST_PATH='cuda'"):
+        fast_nvfp4(torch.ones(16, 16))
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "fragment"),
+    [
+        (lambda: fast_nvfp4(np.zeros((16, 16), np.float32)), TypeError, "torch.Tensor"),
+        (lambda: fast_nvfp4(torch.ones(16, 16), rht="yes"), ValueError, "rht='yes'"),
+        (lambda: fast_nvfp4(torch.ones(16, 16), usage="rowwise", rounding="stochastic",
+                            random_bits=torch.zeros(16, 16, dtype=torch.int8)), TypeError, "random_bits.dtype=int8"),
+        (lambda: fast_dequantize(torch.zeros(2, 8, dtype=torch.uint8), torch.zeros(2, 1, dtype=torch.uint8),
+                                 amax=torch.ones(1), amax_scope="row"), ValueError, "amax.shape=(1,)"),
+    ],
+)  # fmt: skip
+def test_bad_arguments(call: Callable[[], object], error: type[Exception], fragment: str) -> None:
+    with pytest.raises(error, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        call()

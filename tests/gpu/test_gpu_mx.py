@@ -1,0 +1,233 @@
+"""``fast.quant.mx``, ``fast.dequant.mx`` and ``fast.layout`` on a CUDA device against the NumPy reference, bit for
+bit (run by ``nox -s gpu``).
+
+The oracle is ``reference`` (``reference.quant.mx``, ``reference.dequant.mx``, ``reference.layout``,
+``reference.cast``), never a path of ``fast`` itself except where noted.  Inputs: random bfloat16 and float32
+bit patterns (NaN, Inf and subnormals included), normal data with outlier and zero blocks, the torchao golden
+vectors, every bfloat16 value through the kernel's rounding core.  Don't-care bytes (compact scale padding,
+blocks whose scale is NaN) are masked as the reference says.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import zlib
+
+import numpy as np
+import pytest
+import torch
+
+import reference.cast
+from fast._triton import jit, tl
+from fast.dequant.mx import mx as fast_dequant
+from fast.layout import scale_swizzle, scale_unswizzle
+from fast.quant.mx import BLOCKS, EDGES, MX_FORMATS, SCALE_LAYOUTS, SCALE_RULES, USAGES, mx, mx_code
+from reference.dequant.mx import mx as reference_dequant
+from reference.layout import scale_swizzle as reference_swizzle
+from reference.quant.mx import mx as reference_mx
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+PATH_ENV = "QCONFORM_FAST_PATH"
+fast_mx_module = importlib.import_module("fast.quant.mx")
+
+
+@pytest.fixture(autouse=True)
+def triton_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every call here runs the Triton kernels (an error if Triton is missing, never a silent fallback).
+
+    One fixed tile by default: every parameter set is its own compilation, and autotuning would compile each
+    five or six times; ``test_every_tile`` and ``test_benchmark_shape_against_the_torch_path`` cover the tiles.
+    """
+    monkeypatch.setenv(PATH_ENV, "triton")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setenv("QCONFORM_MX_TILE", "32x128x4")
+
+
+def random_bits(shape: tuple[int, int], dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, np.ndarray]:
+    """Random bit patterns of ``dtype`` on CUDA, and their exact float32 values on the host."""
+    rng = np.random.default_rng(seed)
+    if dtype == torch.float32:
+        bits = rng.integers(0, 1 << 32, shape, dtype=np.uint64).astype(np.uint32)
+        return torch.from_numpy(bits.view(np.int32)).view(torch.float32).cuda(), bits.view(np.float32)
+    bits16 = rng.integers(0, 1 << 16, shape, dtype=np.uint32).astype(np.uint16)
+    tensor = torch.from_numpy(bits16.view(np.int16)).view(dtype).cuda()
+    if dtype == torch.bfloat16:
+        return tensor, (bits16.astype(np.uint32) << 16).view(np.float32)
+    return tensor, bits16.view(np.float16).astype(np.float32)
+
+
+def blocky(shape: tuple[int, int], seed: int) -> tuple[torch.Tensor, np.ndarray]:
+    """bfloat16 normal data with a per-row exponent spread, zero blocks, outliers and a few NaN/Inf."""
+    rng = np.random.default_rng(seed)
+    x = torch.from_numpy(rng.standard_normal(shape, dtype=np.float32))
+    x *= torch.from_numpy(np.exp2(rng.integers(-60, 60, (shape[0], 1))).astype(np.float32))
+    x[:, 64:96] = 0
+    x[::7, 5] = 5e4
+    x[3, 7], x[5, 9], x[9, 200] = float("nan"), float("inf"), float("-inf")
+    tensor = x.to(torch.bfloat16)
+    return tensor.cuda(), tensor.float().numpy()
+
+
+def assert_conforms(got: dict[str, torch.Tensor], expected: dict[str, np.ndarray], what: str) -> None:
+    __tracebackhide__ = True
+    for name, tensor in got.items():
+        value = tensor.cpu().numpy()
+        want = expected[name]
+        assert value.shape == want.shape, f"{name}: shape {value.shape} vs {want.shape} [{what}]"
+        bad = np.argwhere((value != want) & ~expected[f"{name}_dont_care"])
+        if bad.size:
+            i = tuple(bad[0])
+            pytest.fail(
+                f"{name}{list(i)}=0x{int(value[i]):02x}, reference 0x{int(want[i]):02x}; {len(bad)} differ [{what}]"
+            )
+
+
+@pytest.mark.parametrize("format", MX_FORMATS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
+def test_random_bits_every_rule_and_edge(format: str, dtype: torch.dtype) -> None:
+    """1024 x 512 random patterns, both directions from one kernel, every scale rule and edge policy."""
+    x, values = random_bits((1024, 512), dtype, seed=zlib.crc32(f"{format} {dtype}".encode()))
+    for rule, edges in itertools.product(SCALE_RULES, EDGES):
+        got = mx(x, format=format, scale_rule=rule, usage="both", edges=edges)
+        expected = reference_mx(values, format=format, scale_rule=rule, usage="both", edges=edges)
+        assert_conforms(got, expected, f"{format} {dtype} {rule} {edges}")
+
+
+@pytest.mark.parametrize(("usage", "blocks", "layout"), list(itertools.product(USAGES, BLOCKS, SCALE_LAYOUTS)))
+def test_every_direction_block_and_layout(usage: str, blocks: str, layout: str) -> None:
+    """4096 x 2048 (and ragged 4099 x 2048 / 4096 x 2050 where the blocks allow) for FP8 and packed FP4."""
+    rows = 4099 if usage == "rowwise" and blocks == "1d" else 4096
+    cols = 2050 if usage == "columnwise" and blocks == "1d" else 2048
+    x, values = blocky((rows, cols), seed=1)
+    for format, rule, edges in (("float8_e4m3fn", "rceil", "te"), ("float4_e2m1fn", "floor", "torchao")):
+        params = {"format": format, "scale_rule": rule, "usage": usage, "blocks": blocks, "edges": edges}
+        got = mx(x, scale_layout=layout, **params)
+        expected = reference_mx(values, scale_layout=layout, **params)
+        assert_conforms(got, expected, f"{params} {layout}")
+
+
+@pytest.mark.parametrize("usage", ["rowwise", "both"])
+def test_every_tile(monkeypatch: pytest.MonkeyPatch, usage: str) -> None:
+    """Every tile the autotuner may pick, on a ragged shape (and an even one), against the reference."""
+    rows_of_32 = usage != "rowwise"
+    for tile in fast_mx_module._autotune_configs(rows_of_32):
+        monkeypatch.setenv("QCONFORM_MX_TILE", f"{tile.block_m}x{tile.block_k}x{tile.num_warps}")
+        for shape in ((544, 608), (1024, 1024)) if rows_of_32 else ((555, 608), (1024, 1024)):
+            x, values = blocky(shape, seed=6)
+            got = mx(x, format="float4_e2m1fn", scale_rule="even", usage=usage, scale_layout="swizzled")
+            expected = reference_mx(
+                values, format="float4_e2m1fn", scale_rule="even", usage=usage, scale_layout="swizzled"
+            )
+            assert_conforms(got, expected, f"tile {tile} {shape}")
+
+
+@pytest.mark.parametrize("usage", USAGES)
+def test_benchmark_shape_against_the_torch_path(monkeypatch: pytest.MonkeyPatch, usage: str) -> None:
+    """bfloat16 8192 x 8192: the autotuned kernel against ``fast``'s torch path on the same GPU."""
+    monkeypatch.delenv("QCONFORM_MX_TILE")
+    x = (torch.randn(8192, 8192, device="cuda", generator=torch.Generator("cuda").manual_seed(0)) * 64).bfloat16()
+    kernel = mx(x, format="float8_e4m3fn", scale_rule="rceil", usage=usage, scale_layout="swizzled")
+    monkeypatch.setenv(PATH_ENV, "torch")
+    torch_path = mx(x, format="float8_e4m3fn", scale_rule="rceil", usage=usage, scale_layout="swizzled")
+    for name in kernel:
+        assert torch.equal(kernel[name], torch_path[name]), name
+
+
+def test_golden_torchao_vectors() -> None:
+    with np.load("tests/vectors/torchao018_to_mx_h100.npz") as archive:
+        vectors = {name: archive[name] for name in archive.files}
+    x = torch.from_numpy(vectors["x"]).to(torch.bfloat16).cuda()
+    for format, rule, prefix in (
+        ("float8_e4m3fn", "floor", ""),
+        ("float8_e4m3fn", "rceil", ""),
+        ("float4_e2m1fn", "floor", "fp4"),
+    ):
+        out = mx(x, format=format, scale_rule=rule)
+        assert np.array_equal(out["data_rowwise"].cpu().numpy(), vectors[f"{prefix}data_{rule.upper()}"])
+        assert np.array_equal(out["scale_rowwise"][:64, :8].cpu().numpy(), vectors[f"{prefix}scale_{rule.upper()}"])
+
+
+def _mx_code_kernel(
+    values_ptr,
+    codes_ptr,
+    n,
+    MANTISSA_BITS: tl.constexpr,
+    BIAS: tl.constexpr,
+    MAX_CODE: tl.constexpr,
+    SIGN_SHIFT: tl.constexpr,
+    SIGN_MASK: tl.constexpr,
+    SUBNORMAL_ADDEND: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    value = tl.load(values_ptr + offsets, mask=mask, other=0.0)
+    code = mx_code(
+        value, value.to(tl.int32, bitcast=True), MANTISSA_BITS, BIAS, MAX_CODE, SIGN_SHIFT, SIGN_MASK, SUBNORMAL_ADDEND
+    )
+    tl.store(codes_ptr + offsets, code.to(tl.uint8), mask=mask)
+
+
+@pytest.mark.parametrize("format", MX_FORMATS)
+def test_rounding_core_every_bfloat16_and_random_float32(format: str) -> None:
+    """The compiled ``mx_code`` (float32 add for subnormal codes, integer RNE for normal ones) against
+    ``reference.cast``: every non-NaN bfloat16 value and 2^24 random non-NaN float32 values."""
+    fmt = fast_mx_module._FORMATS[format]
+    bf16 = (np.arange(1 << 16, dtype=np.uint32) << 16).view(np.float32)
+    f32 = np.random.default_rng(2).integers(0, 1 << 32, 1 << 24, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    values = np.concatenate([bf16, f32])
+    values = values[~np.isnan(values)]
+    codes = torch.empty(values.size, dtype=torch.uint8, device="cuda")
+    jit(_mx_code_kernel)[(-(-values.size // 4096),)](
+        torch.from_numpy(values).cuda(),
+        codes,
+        values.size,
+        MANTISSA_BITS=fmt.mantissa_bits,
+        BIAS=fmt.bias,
+        MAX_CODE=fmt.max_code,
+        SIGN_SHIFT=32 - fmt.bits,
+        SIGN_MASK=1 << (fmt.bits - 1),
+        SUBNORMAL_ADDEND=2.0 ** (24 - fmt.bias - fmt.mantissa_bits),
+        BLOCK=4096,
+    )
+    if fmt.bits == 8:
+        expected = reference.cast.fp8(values, format=format, overflow="saturate")["codes"]
+    else:
+        expected = (reference.cast.fp6 if fmt.bits == 6 else reference.cast.fp4)(values, format=format)["codes"]
+    bad = np.flatnonzero(codes.cpu().numpy() != expected)
+    assert bad.size == 0, f"{bad.size} codes differ; first x={values[bad[0]]!r}"
+
+
+@pytest.mark.parametrize("format", MX_FORMATS)
+def test_dequant_against_the_reference(format: str) -> None:
+    rng = np.random.default_rng(3)
+    bits = 4 if format == "float4_e2m1fn" else 6 if format.startswith("float6") else 8
+    for usage, layout in itertools.product(("rowwise", "columnwise"), SCALE_LAYOUTS):
+        data = rng.integers(0, 256 if bits == 4 else 1 << bits, (1024, 512 if bits == 4 else 1024), dtype=np.uint8)
+        shape = (1024, 32) if usage == "rowwise" else (32, 1024)
+        scale = rng.integers(0, 256, shape, dtype=np.uint8)
+        got = (
+            fast_dequant(
+                torch.from_numpy(data).cuda(),
+                torch.from_numpy(scale).cuda(),
+                format=format,
+                usage=usage,
+                scale_layout=layout,
+            )["x"]
+            .cpu()
+            .numpy()
+        )
+        expected = reference_dequant(data, scale, format=format, usage=usage, scale_layout=layout)["x"]
+        same = (got.view(np.uint32) == expected.view(np.uint32)) | (np.isnan(got) & np.isnan(expected))
+        assert same.all(), f"{usage} {layout}: {int((~same).sum())} values differ"
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (129, 9), (8192, 256), (8192, 1024)])
+def test_layout_against_the_reference(shape: tuple[int, int]) -> None:
+    scale = np.random.default_rng(4).integers(0, 256, shape, dtype=np.uint8)
+    swizzled = scale_swizzle(torch.from_numpy(scale).cuda())["swizzled"]
+    assert np.array_equal(swizzled.cpu().numpy(), reference_swizzle(scale)["swizzled"])
+    back = scale_unswizzle(swizzled)["scale"].cpu().numpy()
+    assert np.array_equal(back[: shape[0], : shape[1]], scale)

@@ -1,0 +1,176 @@
+"""``fast.quant.nvfp4`` / ``fast.dequant.nvfp4`` Triton kernels on a CUDA device against the NumPy reference,
+bit for bit (run by ``nox -s gpu``).
+
+Inputs: every bfloat16 pattern laid out as a 256 x 256 matrix (NaN, Inf, subnormals: the scale edge cases
+and blocks whose scale rounds to zero); 2048 x 4096 matrices of normal values whose 16-element blocks span
+2**±20 (so every E4M3 block scale occurs); an irregular 1040 x 4112 shape (ragged tiles in both
+directions); float32 and float16 inputs.  The reference runs on the host (about a second per operand of 2^23
+elements).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from fast.dequant.nvfp4 import nvfp4 as fast_dequantize
+from fast.quant.nvfp4 import PATH_ENV
+from fast.quant.nvfp4 import nvfp4 as fast_nvfp4
+from fast.stochastic import nvfp4 as fast_stochastic
+from reference.dequant.nvfp4 import nvfp4 as reference_dequantize
+from reference.quant.nvfp4 import nvfp4 as reference_nvfp4
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+
+@pytest.fixture(autouse=True)
+def triton_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every call here runs the Triton kernels (an error if Triton is missing, never a silent fallback)."""
+    monkeypatch.setenv(PATH_ENV, "triton")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+
+
+def carrier(x: torch.Tensor) -> np.ndarray:
+    x = x.cpu()
+    if x.dtype == torch.bfloat16:
+        return (x.view(torch.int16).numpy().astype(np.int32).astype(np.uint32) << 16).view(np.float32)
+    return x.numpy()
+
+
+@functools.cache
+def every_bfloat16() -> torch.Tensor:
+    bits = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16)
+    return (
+        bits[torch.randperm(1 << 16, generator=torch.Generator().manual_seed(3))].view(torch.bfloat16).reshape(256, 256)
+    )
+
+
+@functools.cache
+def spread_matrix(rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(rows * 7 + cols)
+    spread = 2.0 ** torch.randint(-20, 21, (rows, cols // 16, 1), generator=generator).float()
+    values = torch.randn((rows, cols // 16, 16), generator=generator) * spread
+    return values.reshape(rows, cols).to(dtype)
+
+
+def assert_same(x: torch.Tensor, **params: Any) -> None:
+    __tracebackhide__ = True
+    arrays = {k: v.cpu().numpy() for k, v in params.items() if isinstance(v, torch.Tensor)}
+    settings = {k: v for k, v in params.items() if not isinstance(v, torch.Tensor)}
+    expected = reference_nvfp4(carrier(x), **settings, **arrays)
+    got = fast_nvfp4(x.cuda(), **{k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in params.items()})
+    for name, tensor in got.items():
+        g, e = tensor.cpu().numpy(), expected[name]
+        same = g.view(np.uint32) == e.view(np.uint32) if g.dtype == np.float32 else g == e
+        if g.dtype == np.float32:
+            same |= np.isnan(g) & np.isnan(e)
+        if name.endswith("scales"):
+            same |= ((g & 0x7F) == 0x7F) & ((e & 0x7F) == 0x7F)
+        if name.endswith("data"):
+            same |= expected[f"{name}_dont_care"]
+        if not same.all():
+            where = np.argwhere(~same)[:4].tolist()
+            pytest.fail(f"{name}: {(~same).sum()} of {same.size} differ, first at {where} [{settings}, {x.dtype}]")
+
+
+TE_VARIANTS = [
+    {"usage": u, "block": b, "rht": r, "zero_scale": z}
+    for u, b, r, z in itertools.product(
+        ["both", "rowwise", "columnwise"], ["1x16", "16x16"], [False, True], ["flt_max", "zero"]
+    )
+    if not (u == "rowwise" and r)
+]
+IDS = [",".join(str(v) for v in p.values()) for p in TE_VARIANTS]
+
+
+@pytest.mark.parametrize("params", TE_VARIANTS, ids=IDS)
+def test_every_bfloat16_pattern(params: dict[str, Any]) -> None:
+    assert_same(every_bfloat16(), **params)
+
+
+@pytest.mark.parametrize("params", TE_VARIANTS, ids=IDS)
+def test_spread_bfloat16(params: dict[str, Any]) -> None:
+    assert_same(spread_matrix(2048, 4096, torch.bfloat16), **params)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("usage", ["both", "rowwise"])
+def test_irregular_shape(dtype: torch.dtype, usage: str) -> None:
+    assert_same(spread_matrix(1040, 4112, dtype), usage=usage)
+    assert_same(spread_matrix(1040, 4112, dtype), usage=usage, rht=usage == "both", block="16x16")
+
+
+@pytest.mark.parametrize("rule", ["torchao", "torchao_cuda"])
+def test_torchao_rules(rule: str) -> None:
+    for x in (every_bfloat16(), spread_matrix(1024, 2048, torch.bfloat16)):
+        assert_same(x, scale_rule=rule)
+
+
+def test_row_scaled() -> None:
+    for x in (every_bfloat16(), spread_matrix(1040, 4112, torch.bfloat16)):
+        assert_same(x, amax_scope="row")
+        assert_same(x, amax_scope="row", usage="rowwise")
+
+
+@pytest.mark.parametrize(("rows_dtype", "columns_dtype"), [(torch.uint8, torch.uint8), (torch.uint32, torch.uint8)])
+def test_stochastic_with_explicit_bits(rows_dtype: torch.dtype, columns_dtype: torch.dtype) -> None:
+    generator = torch.Generator().manual_seed(11)
+    for x, rht in ((every_bfloat16(), False), (spread_matrix(1040, 4112, torch.bfloat16), True)):
+        rows, cols = x.shape
+
+        def bits(shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
+            drawn = torch.randint(-(2**31), 2**31, shape, generator=generator, dtype=torch.int64).to(torch.int32)
+            return drawn.view(torch.uint32) if dtype == torch.uint32 else drawn.to(torch.uint8)
+
+        assert_same(
+            x,
+            rounding="stochastic",
+            rht=rht,
+            random_bits=bits((rows, cols), rows_dtype),
+            columnwise_random_bits=bits((cols, rows), columns_dtype),
+        )
+
+
+def test_kernels_match_the_torch_path_on_a_large_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = spread_matrix(8192, 8192, torch.bfloat16).cuda()
+    for params in ({"usage": "both"}, {"usage": "both", "rht": True, "block": "16x16"}):
+        kernel = fast_nvfp4(x, **params)
+        monkeypatch.setenv(PATH_ENV, "torch")
+        torch_path = fast_nvfp4(x, **params)
+        monkeypatch.setenv(PATH_ENV, "triton")
+        for name in kernel:
+            assert torch.equal(kernel[name].view(torch.uint8), torch_path[name].view(torch.uint8)), name
+
+
+@pytest.mark.parametrize("out_dtype", ["float32", "bfloat16", "float16"])
+def test_dequantize(out_dtype: str) -> None:
+    generator = torch.Generator().manual_seed(5)
+    data = torch.randint(0, 256, (1040, 2056), generator=generator, dtype=torch.int32).to(torch.uint8)
+    scales = torch.randint(0, 256, (1040, 257), generator=generator, dtype=torch.int32).to(torch.uint8)
+    for rule, scope in (("te", "tensor"), ("te", "row"), ("torchao", "tensor")):
+        scale = torch.rand(1040 if scope == "row" else 1, generator=generator) * 3000
+        name = "amax" if rule == "te" else "tensor_scale"
+        params = {"scale_rule": rule, "amax_scope": scope, "out_dtype": out_dtype}
+        got = fast_dequantize(data.cuda(), scales.cuda(), **{name: scale.cuda()}, **params)["x"].cpu().numpy()
+        expected = reference_dequantize(data.numpy(), scales.numpy(), **{name: scale.numpy()}, **params)["x"]
+        same = (got.view(np.uint32) == expected.view(np.uint32)) | (np.isnan(got) & np.isnan(expected))
+        assert same.all(), (rule, scope, np.argwhere(~same)[:4].tolist())
+
+
+def test_stochastic_with_the_cuda_generator_is_unbiased() -> None:
+    x = spread_matrix(16, 64, torch.bfloat16).cuda()
+    codes = fast_stochastic(x, draws=20000)["codes"].cpu().numpy()
+    base = reference_nvfp4(
+        carrier(x), usage="rowwise", rounding="stochastic", random_bits=np.zeros((16, 64), np.uint32)
+    )
+    top = reference_nvfp4(
+        carrier(x), usage="rowwise", rounding="stochastic", random_bits=np.full((16, 64), 0xFFFFFFFF, np.uint32)
+    )
+    lower = np.stack([base["data"] & 15, base["data"] >> 4], axis=-1).reshape(16, 64)
+    upper = np.stack([top["data"] & 15, top["data"] >> 4], axis=-1).reshape(16, 64)
+    assert ((codes == lower) | (codes == upper)).all()
