@@ -1,0 +1,378 @@
+"""FP8 blockwise scaling, DeepSeek style (contract ``quant.fp8_block``): one fused Triton kernel for CUDA and a
+torch path for the rest.
+
+Contract
+--------
+``quant.fp8_block`` (:func:`fp8_block`), TransformerEngine's ``Float8BlockScaling``: ``x`` ``[*rest, K]`` viewed
+as ``[M, K]``; per 1x128 block of a row (and, for the columnwise copy, per 128x1 block of a column) or per
+128x128 tile, ``amax = max|x|`` (NaN ignored, tail elements missing), the scale of
+``fast.quant.fp8.scale_from_amax`` with ``value_for_inf`` the input dtype's max, ``scale_inv = 1 / scale``
+and ``satfinite_rne(fl32(x * scale))``.  Spec: ``specs/quant/fp8_block.yaml``.
+
+Layouts (GEMM-ready, as TE allocates them; scale padding is left unwritten)
+-------------------------------------------------------------------------
+- ``data`` ``[*rest, K]`` uint8; ``columnwise_data`` ``[K, *rest]`` uint8 (the columnwise blocks, stored
+  transposed so that they run along its rows; for 128x128 it is the transpose of ``data``).
+- 1x128: ``scale_inv`` ``[ceil(K/128), roundup(M, 4)]`` float32 with (row r, block b) at ``[b, r]``
+  (TE stores the rowwise scales transposed, "GEMM_READY"); ``columnwise_scale_inv``
+  ``[ceil(M/128), roundup(K, 4)]`` with (row block b, column k) at ``[b, k]``.
+- 128x128: ``scale_inv`` ``[ceil(M/128), roundup(ceil(K/128), 4)]`` with tile (i, j) at ``[i, j]``;
+  ``columnwise_scale_inv`` ``[ceil(K/128), roundup(ceil(M/128), 4)]`` with tile (i, j) at ``[j, i]``.
+
+The kernel
+----------
+One program per tile of ``x``, one read of the input: ``BLOCK_M x 128`` for rowwise 1x128 alone,
+``128 x BLOCK_K`` for columnwise 1x128 alone, ``128 x 128`` when both copies are written (a row block and
+a column block must each lie in one program) and for 128x128.  The program widens the tile to float32
+(``fast._triton.float32_bits``), takes ``|x|`` with NaN as 0 (out-of-range elements load as 0), reduces
+it along the rows and/or the columns (or the whole tile), turns each amax into a scale and a
+``scale_inv`` with ``fast.quant.fp8.scale_from_amax`` / ``reciprocal`` (float64 quotients, once per
+block), multiplies, rounds with ``fast.quant.fp8.fp8_code`` (integer arithmetic), stores the rowwise
+codes, and stores the columnwise codes through ``tl.trans``.  Bytes moved: the input once, each copy's
+codes once, the scales (1/128 or 1/16384 of the elements).
+
+Paths are chosen by ``QCONFORM_FAST_PATH`` as in ``fast/cast.py``.  This module imports without Triton
+and queries no device at import time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fast._triton import float32_bits, tl, triton
+from fast.quant.fp8 import (
+    DTYPE_MAX,
+    FORMATS,
+    FP8_FORMATS,
+    INPUT_IDS,
+    USAGES,
+    check_choice,
+    check_epsilon,
+    check_x,
+    dtype_name,
+    fp8_code,
+    jitted,
+    quiet_interpreter,
+    reciprocal,
+    scale_from_amax,
+    selected_path,
+    torch_abs_no_nan,
+    torch_reciprocal,
+    torch_scale_from_amax,
+)
+
+__all__ = ["BLOCKS", "bench", "fp8_block"]
+
+BLOCKS: tuple[str, ...] = ("1x128", "128x128")
+TILE = 128
+LEAN_ROUNDING = True
+"""Round with the lean form of ``fast.quant.fp8.fp8_code`` (False: ``fast._triton.round_to_code``)."""
+
+
+# %% Compute kernel
+
+
+def _fp8_block_kernel(
+    # pointers
+    x_ptr,
+    data_ptr,
+    scale_inv_ptr,
+    columnwise_ptr,
+    columnwise_scale_inv_ptr,
+    # sizes: x viewed as [M, K]; row strides of the two scale layouts
+    M,
+    K,
+    SCALE_STRIDE,
+    COLUMNWISE_SCALE_STRIDE,
+    # scale rule
+    FP8_MAX: tl.constexpr,
+    POW2: tl.constexpr,
+    EPSILON: tl.constexpr,
+    VALUE_FOR_INF: tl.constexpr,
+    # format
+    MANTISSA_BITS: tl.constexpr,
+    BIAS: tl.constexpr,
+    MAX_CODE: tl.constexpr,
+    MAX_BITS: tl.constexpr,
+    MAGIC: tl.constexpr,
+    LEAN: tl.constexpr,
+    # recipe, outputs and input width
+    TWO_D: tl.constexpr,
+    ROWWISE: tl.constexpr,
+    COLWISE: tl.constexpr,
+    INPUT: tl.constexpr,
+    # tiling
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    pid_m, pid_k = tl.program_id(0), tl.program_id(1)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    row_ok, col_ok = rows < M, cols < K
+    mask = row_ok[:, None] & col_ok[None, :]
+    raw = tl.load(x_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :], mask=mask, other=0)
+    _, bits = float32_bits(raw, INPUT)
+    value = bits.to(tl.float32, bitcast=True)
+    magnitude = tl.where(value == value, tl.abs(value), 0.0)  # NaN ignored; missing elements are 0
+
+    if TWO_D:  # one scale for the tile; the columnwise copy is the transpose of the rowwise one
+        scale = scale_from_amax(tl.max(tl.max(magnitude, axis=1), axis=0), FP8_MAX, POW2, EPSILON, VALUE_FOR_INF)
+        inverse = reciprocal(scale, POW2)
+        code = fp8_code(
+            (value * scale).to(tl.int32, bitcast=True), MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, LEAN
+        )
+        code = code.to(tl.uint8)
+        if ROWWISE:
+            tl.store(data_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :], code, mask=mask)
+            tl.store(scale_inv_ptr + pid_m * SCALE_STRIDE + pid_k, inverse)
+        if COLWISE:
+            tl.store(
+                columnwise_ptr + cols.to(tl.int64)[:, None] * M + rows[None, :], tl.trans(code), mask=tl.trans(mask)
+            )
+            tl.store(columnwise_scale_inv_ptr + pid_k * COLUMNWISE_SCALE_STRIDE + pid_m, inverse)
+    else:
+        if ROWWISE:  # 1x128 blocks: the tile's columns are one block of every row
+            scale = scale_from_amax(tl.max(magnitude, axis=1), FP8_MAX, POW2, EPSILON, VALUE_FOR_INF)
+            code = fp8_code(
+                (value * scale[:, None]).to(tl.int32, bitcast=True),
+                MANTISSA_BITS,
+                BIAS,
+                MAX_CODE,
+                MAX_BITS,
+                MAGIC,
+                LEAN,
+            )
+            tl.store(data_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :], code.to(tl.uint8), mask=mask)
+            tl.store(scale_inv_ptr + pid_k * SCALE_STRIDE + rows, reciprocal(scale, POW2), mask=row_ok)
+        if COLWISE:  # 128x1 blocks: the tile's rows are one block of every column, stored transposed
+            scale = scale_from_amax(tl.max(magnitude, axis=0), FP8_MAX, POW2, EPSILON, VALUE_FOR_INF)
+            code = fp8_code(
+                (value * scale[None, :]).to(tl.int32, bitcast=True),
+                MANTISSA_BITS,
+                BIAS,
+                MAX_CODE,
+                MAX_BITS,
+                MAGIC,
+                LEAN,
+            )
+            code_t = tl.trans(code.to(tl.uint8))
+            tl.store(columnwise_ptr + cols.to(tl.int64)[:, None] * M + rows[None, :], code_t, mask=tl.trans(mask))
+            tl.store(
+                columnwise_scale_inv_ptr + pid_m * COLUMNWISE_SCALE_STRIDE + cols, reciprocal(scale, POW2), mask=col_ok
+            )
+
+
+# %% Launcher
+
+_ROWWISE_BLOCK_M = 32
+"""Rows per program for rowwise 1x128 alone (32 x 128 elements)."""
+_COLWISE_BLOCK_K = 32
+"""Columns per program for columnwise 1x128 alone (128 x 32 elements)."""
+_NUM_WARPS = 8
+
+
+def _round4(n: int) -> int:
+    return -(-n // 4) * 4
+
+
+def scale_shapes(block: str, m: int, k: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Shapes of ``scale_inv`` and ``columnwise_scale_inv`` for an ``[M, K]`` view (module docstring)."""
+    mb, kb = -(-m // TILE), -(-k // TILE)
+    if block == "1x128":
+        return (kb, _round4(m)), (mb, _round4(k))
+    return (mb, _round4(kb)), (kb, _round4(mb))
+
+
+def _triton(x2: torch.Tensor, out: dict[str, torch.Tensor], block: str, usage: str, meta: dict[str, Any]) -> None:
+    m, k = x2.shape
+    two_d, rowwise, colwise = block == "128x128", usage != "columnwise", usage != "rowwise"
+    block_m = TILE if two_d or colwise else _ROWWISE_BLOCK_M
+    block_k = TILE if two_d or rowwise else _COLWISE_BLOCK_K
+    placeholder = next(iter(out.values()))
+    data = out.get("data", placeholder)
+    columnwise = out.get("columnwise_data", placeholder)
+    scale_inv = out.get("scale_inv", placeholder)
+    columnwise_scale_inv = out.get("columnwise_scale_inv", placeholder)
+    with quiet_interpreter(x2.device):
+        jitted(_fp8_block_kernel, x2.device)[(triton.cdiv(m, block_m), triton.cdiv(k, block_k))](
+            x2,
+            data,
+            scale_inv,
+            columnwise,
+            columnwise_scale_inv,
+            m,
+            k,
+            scale_inv.shape[-1] if "scale_inv" in out else 0,
+            columnwise_scale_inv.shape[-1] if "columnwise_scale_inv" in out else 0,
+            **meta,
+            TWO_D=two_d,
+            ROWWISE=rowwise,
+            COLWISE=colwise,
+            INPUT=INPUT_IDS[x2.dtype],
+            BLOCK_M=block_m,
+            BLOCK_K=block_k,
+            num_warps=_NUM_WARPS,
+        )
+
+
+def _torch(x2: torch.Tensor, out: dict[str, torch.Tensor], block: str, usage: str, rule: dict[str, Any]) -> None:
+    """The kernel's arithmetic with torch ops: block amaxes over a zero-padded view, then ``fast.cast.fp8``."""
+    from fast.cast import fp8 as cast_fp8
+
+    m, k = x2.shape
+    mb, kb = -(-m // TILE), -(-k // TILE)
+    padded = torch.zeros((mb * TILE, kb * TILE), dtype=torch.float32, device=x2.device)
+    padded[:m, :k] = torch_abs_no_nan(x2)
+    tiles = padded.reshape(mb, TILE, kb, TILE)
+
+    def cast(scale: torch.Tensor) -> torch.Tensor:
+        return cast_fp8(x2.float() * scale, format=rule["format"], overflow="saturate")["codes"]
+
+    def expand(scale: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+        return scale.repeat_interleave(rows, 0).repeat_interleave(cols, 1)[:m, :k]
+
+    def scales(amax: torch.Tensor) -> torch.Tensor:
+        return torch_scale_from_amax(
+            amax,
+            rule["fp8_max"],
+            power_2_scale=rule["power_2_scale"],
+            epsilon=rule["epsilon"],
+            value_for_inf=rule["value_for_inf"],
+        )
+
+    if block == "128x128":
+        tile_scale = scales(tiles.amax(dim=(1, 3)))  # [MB, KB]
+        codes = cast(expand(tile_scale, TILE, TILE))
+        inverse = torch_reciprocal(tile_scale)
+        if "data" in out:
+            out["data"].copy_(codes)
+            out["scale_inv"][:, :kb] = inverse
+        if "columnwise_data" in out:
+            out["columnwise_data"].copy_(codes.t())
+            out["columnwise_scale_inv"][:, :mb] = inverse.t()
+        return
+    if "data" in out:
+        row_scale = scales(tiles.amax(dim=3).reshape(mb * TILE, kb)[:m])  # [M, KB]
+        out["data"].copy_(cast(expand(row_scale, 1, TILE)))
+        out["scale_inv"][:, :m] = torch_reciprocal(row_scale).t()
+    if "columnwise_data" in out:
+        col_scale = scales(tiles.amax(dim=1).reshape(mb, kb * TILE)[:, :k])  # [MB, K]
+        out["columnwise_data"].copy_(cast(expand(col_scale, TILE, 1)).t())
+        out["columnwise_scale_inv"][:, :k] = torch_reciprocal(col_scale)
+
+
+# %% Public function
+
+
+def fp8_block(
+    x: torch.Tensor,
+    *,
+    format: str,
+    block: str = "1x128",
+    power_2_scale: bool = True,
+    epsilon: float = 0.0,
+    usage: str = "both",
+    x_dtype: str | None = None,
+) -> dict[str, torch.Tensor]:
+    """Quantize ``x`` to FP8 with one scale per 1x128 or 128x128 block (TE ``Float8BlockScaling``).
+
+    Contract
+    --------
+    ``quant.fp8_block``: per block, ``amax = max|x|`` (NaN ignored, missing tail elements count as 0),
+    ``scale = compute_scale_from_amax(amax, fp8_max, power_2_scale, epsilon, max of x's dtype)``,
+    ``scale_inv = fl32(1 / scale)`` and ``satfinite_rne(fl32(x * scale))`` (module docstring).
+
+    Source
+    ------
+    TE ``quantize_transpose_vector_blockwise.cu`` (1x128) and ``quantize_transpose_square_blockwise.cu``
+    (128x128); ``specs/quant/fp8_block.yaml``; the NumPy reference is ``reference.quant.fp8_block``.
+
+    Encoding
+    --------
+    ``x``: contiguous float32/bfloat16/float16, rank >= 1.  Outputs on x's device (module docstring):
+    ``data`` and ``scale_inv`` unless ``usage="columnwise"``; ``columnwise_data`` and
+    ``columnwise_scale_inv`` unless ``usage="rowwise"``.  Scale padding is unspecified.
+
+    Edge cases
+    ----------
+    Zero, infinite and all-NaN blocks get scale 1; a subnormal block amax gives the dtype's max
+    (pow2: 2**127, scale_inv 2**-127); empty ``x`` gives empty outputs.
+
+    One read of ``x`` on CUDA.  Raises ``TypeError`` unless ``x`` is a float32/bfloat16/float16 tensor;
+    ``ValueError`` for an unknown ``format``, ``block``, ``usage``, ``x_dtype`` or path, an ``x_dtype``
+    other than x's dtype, a negative or non-finite ``epsilon``, a 0-d or non-contiguous ``x``;
+    ``RuntimeError`` if the Triton path is forced where it cannot run.
+    """
+    check_choice("format", format, FP8_FORMATS)
+    check_choice("block", block, BLOCKS)
+    check_choice("power_2_scale", power_2_scale, (False, True))
+    check_choice("usage", usage, USAGES)
+    check_epsilon(epsilon)
+    x2 = check_x(x, x_dtype)
+    m, k = x2.shape
+    row_shape, col_shape = scale_shapes(block, m, k)
+    out: dict[str, torch.Tensor] = {}
+    if usage != "columnwise":
+        out["data"] = torch.empty((m, k), dtype=torch.uint8, device=x.device)
+        out["scale_inv"] = torch.empty(row_shape, dtype=torch.float32, device=x.device)
+    if usage != "rowwise":
+        out["columnwise_data"] = torch.empty((k, m), dtype=torch.uint8, device=x.device)
+        out["columnwise_scale_inv"] = torch.empty(col_shape, dtype=torch.float32, device=x.device)
+    fmt = FORMATS[format]
+    epsilon = float(torch.tensor(epsilon, dtype=torch.float32))
+    value_for_inf = DTYPE_MAX[dtype_name(x.dtype)]
+    if m and k:
+        if selected_path(x.device) == "triton":
+            meta = fmt.meta
+            meta.update(POW2=power_2_scale, EPSILON=epsilon, VALUE_FOR_INF=value_for_inf, LEAN=LEAN_ROUNDING)
+            _triton(x2, out, block, usage, meta)
+        else:
+            rule = {"format": format, "fp8_max": fmt.max_value, "power_2_scale": power_2_scale}
+            rule.update(epsilon=epsilon, value_for_inf=value_for_inf)
+            _torch(x2, out, block, usage, rule)
+    else:
+        selected_path(x.device)  # an unknown QCONFORM_FAST_PATH is refused even for empty x
+    shape = tuple(x.shape)
+    if "data" in out:
+        out["data"] = out["data"].reshape(shape)
+    if "columnwise_data" in out:
+        out["columnwise_data"] = out["columnwise_data"].reshape((shape[-1], *shape[:-1]))
+    return out
+
+
+# %% Benchmark
+
+
+def bench(
+    shape: tuple[int, int] = (8192, 8192),
+    dtype: torch.dtype = torch.bfloat16,
+    block: str = "1x128",
+    usage: str = "both",
+) -> dict[str, float]:
+    """Median time of :func:`fp8_block` (E4M3) on a random CUDA tensor and the fraction of copy bandwidth it reaches."""
+    from triton.testing import do_bench
+
+    x = (torch.randn(shape, device="cuda") * 64).to(dtype)
+    ms = do_bench(lambda: fp8_block(x, format="float8_e4m3fn", block=block, usage=usage), return_mode="median")
+    copies = (usage != "columnwise") + (usage != "rowwise")
+    moved = x.numel() * (x.element_size() + copies)
+    dst = torch.empty_like(x)
+    copy_ms = do_bench(lambda: dst.copy_(x), return_mode="median")
+    return {"ms": ms, "fraction_of_copy": (moved / ms) / (2 * x.numel() * x.element_size() / copy_ms)}
+
+
+if __name__ == "__main__":
+    import os
+
+    _device = "cuda" if torch.cuda.is_available() else "cpu"
+    _x = (torch.randn(1823, 781, generator=torch.Generator().manual_seed(0)) * 64).to(_device)
+    for _block in BLOCKS:
+        os.environ["QCONFORM_FAST_PATH"] = "torch"
+        _expected = fp8_block(_x, format="float8_e4m3fn", block=_block)
+        os.environ["QCONFORM_FAST_PATH"] = "triton"
+        _got = fp8_block(_x, format="float8_e4m3fn", block=_block)
+        print(_block, {name: bool(torch.equal(_expected[name], _got[name])) for name in ("data", "columnwise_data")})
+    if _device == "cuda":
+        print(bench())
