@@ -48,10 +48,11 @@ subnormals in ``.to(tl.float32)`` (0x0003 gives 0x00400000, not 0x00030000).
 
 Paths
 -----
-The Triton kernels run over the flattened contiguous input, one program per 16 KiB of input, in
-int32 (launches are split so that offsets fit in int32).  The torch paths do the same integer
-arithmetic with torch tensor ops (int64 for the stochastic comparison), on any device.  Which one
-runs is decided at each call by the environment variable ``QCONFORM_FAST_PATH``:
+The Triton kernels run over the flattened contiguous input, one program per 16 KiB of input
+(stochastic rounding: 2048 elements with uint8 random bits, 1024 with uint32), in int32 (launches
+are split so that offsets fit in int32).  The torch paths do the same integer arithmetic with torch
+tensor ops (int64 for the stochastic comparison), on any device.  Which one runs is decided at each
+call by the environment variable ``QCONFORM_FAST_PATH``:
 
 - ``auto`` (default): the Triton kernel for CUDA tensors when Triton is importable, else torch;
 - ``triton``: always the kernel; CPU tensors need Triton's interpreter, i.e. ``TRITON_INTERPRET=1``
@@ -272,6 +273,16 @@ ran as fast, 32 float32 elements per thread a third slower.  bfloat16 inputs rea
 copy bandwidth: with only 3 bytes per element the kernel is bound by its ~26 integer instructions
 per element, not by memory."""
 _NUM_WARPS = 8
+_STOCHASTIC_BLOCKS: dict[int, int] = {8: 2048, 32: 1024}
+"""Elements per program of stochastic rounding, by random-bit width: 8 and 4 per thread at 8 warps.
+
+Measured on an H100 (torch 2.11, Triton 3.6), fp8 e4m3fn saturate, 2^28 float32 elements
+(``scripts/diag_kernels.py``; no tiling spills, 29-32 registers).  uint32 bits (9 bytes moved per
+element): four elements per thread (1024 x 8 warps, 512 x 4, 2048 x 16) 0.78 ms, 103% of the copy
+bandwidth; eight per thread (the former 2048 x 8) 0.97-1.02 ms, 79-83%; sixteen 2.3-2.4 ms, 33-34%.
+At eight per thread, ``.cg`` loads with a ``.cs`` store reached 89%, ``evict_first`` loads 62%, two
+tiles per program 73-75% and int64 offsets 83%.  uint8 bits (6 bytes): 2048 x 8 warps 0.52 ms, 103%;
+the former 4096 x 8 0.58 ms, 93%; 1024 x 8 98%."""
 _MAX_LAUNCH = 1 << 30
 """Elements per launch: keeps ``program_id * BLOCK + arange`` inside int32 (and a multiple of every BLOCK)."""
 
@@ -304,8 +315,7 @@ def _float_triton(x: torch.Tensor, random_bits: torch.Tensor | None, codes: torc
         _cast_float_kernel,
         x,
         [x, randoms, codes],
-        # uint32 random bits: half the tile (measured on the H100: 0.98 ms instead of 2.34 ms at 2^28 float32)
-        block_bytes=_BLOCK_BYTES // 2 if width == 32 else _BLOCK_BYTES,
+        block_bytes=_STOCHASTIC_BLOCKS[width] * x.element_size() if width else _BLOCK_BYTES,
         MANTISSA_BITS=cast.fmt.mantissa_bits,
         BIAS=cast.fmt.bias,
         SIGN_SHIFT=32 - cast.fmt.bits,

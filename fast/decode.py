@@ -8,7 +8,8 @@ Triton kernel that builds each float32 bit pattern from the code's fields instea
 rebias the exponent and shift the mantissa into place, subnormal codes are ``M * 2**(1 - bias - m)``
 (an exact float32 product), and the format's specials (Inf, NaN) are masked in.  The path is chosen
 by ``QCONFORM_FAST_PATH`` (``fast._triton.selected_path``).  fp6 and fp4 codes are checked for bits
-above their width: the kernel raises a flag as it decodes, so valid input costs no extra pass.
+above their width: every offending byte writes 1 into a flag as the kernel decodes (a plain
+predicated store, no atomic), so valid input costs no extra pass.
 """
 
 from __future__ import annotations
@@ -167,7 +168,7 @@ def _decode(codes: torch.Tensor, format: str, width: int = 8) -> torch.Tensor:
     """The selected path: the Triton kernel or the table gather (format ``float8_e8m0fnu``: scale bytes).
 
     Codes narrower than a byte (``width`` 6 or 4) are checked: the kernel flags any byte with bits
-    above ``width`` as it decodes (only an offending byte issues the atomic), and only then is the
+    above ``width`` as it decodes (only an offending byte stores to the flag), and only then is the
     first one located.
     """
     if selected_path(codes.device) == "torch":
@@ -218,9 +219,8 @@ def _decode_kernel(
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n_elements
     code = tl.load(codes_ptr + offsets, mask=mask).to(tl.int32)
-    if WIDTH < 8:  # flag bytes that are not WIDTH-bit codes (the caller then names the first one)
-        above = code >> WIDTH
-        tl.atomic_or(flag_ptr + offsets * 0, above, mask=mask & (above != 0))
+    if WIDTH < 8:  # bytes that are not WIDTH-bit codes set the flag (the caller then names the first one)
+        tl.store(flag_ptr + offsets * 0, 1, mask=mask & ((code >> WIDTH) != 0))
     if SPECIALS == 4:  # e8m0: 2**(b - 127); 0x00 is the float32 subnormal 2**-127; 0xFF is NaN
         bits = tl.where(code == 0, 0x00400000, tl.where(code == 0xFF, 0x7FC00000, code << 23))
     else:

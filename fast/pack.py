@@ -2,9 +2,9 @@
 
 The kernel reads each pair of codes as one little-endian 16-bit word (element ``2i`` in its low
 byte), so an even last axis is a flat pass: one 2-byte load and one byte store per output byte,
-with the range check (no code above 15) folded in as a flag raised by any offending word.  An odd
-last axis, and the ``torch`` path (``QCONFORM_FAST_PATH``, ``fast._triton.selected_path``), use torch
-ops: two strided reads, a shift and an or.
+with the range check (no code above 15) folded in: any offending word stores 1 into a flag (a plain
+predicated store, no atomic).  An odd last axis, and the ``torch`` path (``QCONFORM_FAST_PATH``,
+``fast._triton.selected_path``), use torch ops: two strided reads, a shift and an or.
 """
 
 from __future__ import annotations
@@ -88,8 +88,7 @@ def _pack_kernel(words_ptr, packed_ptr, flag_ptr, n_words, LOW_FIRST: tl.constex
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n_words
     word = tl.load(words_ptr + offsets, mask=mask, other=0).to(tl.int32) & 0xFFFF
-    above = word & 0xF0F0
-    tl.atomic_or(flag_ptr + offsets * 0, above, mask=mask & (above != 0))
+    tl.store(flag_ptr + offsets * 0, 1, mask=mask & ((word & 0xF0F0) != 0))
     first, second = word & 0xF, (word >> 8) & 0xF
     byte = first | (second << 4) if LOW_FIRST else (first << 4) | second
     tl.store(packed_ptr + offsets, byte.to(tl.uint8), mask=mask)

@@ -41,3 +41,16 @@ def test_kernel_matches_reference(monkeypatch: pytest.MonkeyPatch, format: str) 
         assert np.array_equal((got & 0x7FFFFFFF) > 0x7F800000, nan), format
         assert np.array_equal(got[~nan], expected[~nan]), format
         assert np.array_equal(got[nan] >> 31, expected[nan] >> 31), format
+
+
+@pytest.mark.parametrize("format", [*fast_decode.FP6_FORMATS, *fast_decode.FP4_FORMATS])
+def test_kernel_names_the_first_byte_that_is_not_a_code(monkeypatch: pytest.MonkeyPatch, format: str) -> None:
+    """The kernel's range flag (a plain store by each offending byte) leads to the first such byte."""
+    monkeypatch.setenv("QCONFORM_FAST_PATH", "triton")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    width = FORMATS[format][1]
+    codes = torch.randint(0, 1 << width, (1 << 12, 1 << 12), dtype=torch.uint8, device="cuda")
+    decoded(fast_decode, format, codes)  # valid codes leave the flag down
+    codes[3000, 5], codes[1000, 77] = 255, 1 << width
+    with pytest.raises(ValueError, match=rf"codes\[1000, 77\]={1 << width}, but codes must hold"):
+        decoded(fast_decode, format, codes)

@@ -37,3 +37,11 @@ def test_companion_inputs_are_a_fixed_hash():
     a = exhaustive._hash_bits(np.arange(10, dtype=np.uint32), 8)
     b = exhaustive._hash_bits(np.arange(10, dtype=np.uint32), 8)
     assert np.array_equal(a, b) and a.max() < 256 and len(set(a.tolist())) > 5
+
+
+def test_companion_hash_of_a_range_equals_the_hash_of_its_indices():
+    """A chunk's bits (broadcast over runs of 2^16 indices) are the replayable per-index hash."""
+    for start, count in ((0, 1), (5, 70_000), (0x7FFF_FFF0, 1 << 17), ((1 << 32) - 100, 100)):
+        index = np.arange(start, start + count, dtype=np.uint64)
+        for bits in (8, 32):
+            assert np.array_equal(exhaustive._hash_range(start, count, bits), exhaustive._hash_bits(index, bits))
