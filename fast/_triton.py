@@ -6,7 +6,12 @@ decorates, and an interpreted kernel cannot call a device function decorated for
 the other way round).  :func:`jit` therefore decorates the kernel together with every function
 marked :func:`device` that it names, recursively, each bound for the same mode.  A process that
 imported ``fast`` can still switch the interpreter on before its first launch (CI checks the
-kernels on CPU this way).
+kernels on CPU this way).  A device function marked with :func:`device_modes` has two bodies of one
+signature and one contract: the decorated one for compiled kernels (hardware instructions) and an
+``interpreted`` one that :func:`jit` binds instead under the interpreter, where those instructions are
+emulated wrongly (Triton 3.9's interpreter mis-rounds float32 -> fp8 casts whose rounding carries into
+the exponent).  Tests check the interpreted body on CPU and the compiled one on the GPU against the
+same reference.
 
 Device functions
 ----------------
@@ -18,6 +23,9 @@ Device functions
   rounding (nearest even, toward zero, stochastic with explicit random bits), the overflow code,
   the sign and the NaN codes.  ``fast/cast.py``'s module docstring derives it.
 - :func:`e8m0_byte`: an E8M0 scale byte from float32 bits and the mantissa thresholds of a rounding.
+- :func:`fp8_code`: the saturating round-to-nearest-even FP8 (E4M3FN, E5M2) code of float32 values:
+  the hardware conversion ``cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32`` (two elements per instruction on
+  sm_89+) when compiled, :func:`round_to_code` when interpreted.
 """
 
 from __future__ import annotations
@@ -35,13 +43,24 @@ except ImportError:
     triton = None
     tl = None
 
-__all__ = ["PATH_ENV", "device", "e8m0_byte", "float32_bits", "jit", "round_to_code", "selected_path"]
+__all__ = [
+    "PATH_ENV",
+    "device",
+    "device_modes",
+    "e8m0_byte",
+    "float32_bits",
+    "fp8_code",
+    "jit",
+    "round_to_code",
+    "selected_path",
+]
 
 PATH_ENV = "QCONFORM_FAST_PATH"
 """Environment variable choosing the implementation at each call: ``auto``, ``triton`` or ``torch``."""
 _PATHS: tuple[str, ...] = ("auto", "triton", "torch")
 
 _DEVICE_MARK = "__qconform_device__"
+_INTERPRETED_MARK = "__qconform_interpreted__"
 
 
 def selected_path(tensor_device: Any) -> str:
@@ -71,6 +90,21 @@ def device(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+def device_modes(*, interpreted: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark the decorated function as a device function whose body under the interpreter is ``interpreted``.
+
+    Both bodies take the same arguments and meet the same contract; :func:`jit` binds the decorated body
+    into compiled kernels and ``interpreted`` (itself free to call other device functions) into
+    interpreted ones.
+    """
+
+    def mark(compiled: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(compiled, _INTERPRETED_MARK, interpreted)
+        return device(compiled)
+
+    return mark
+
+
 def jit(fn: Callable[..., Any]) -> Any:
     """``triton.jit(fn)`` for the current ``TRITON_INTERPRET``, with its device functions bound alike."""
     return _jit(fn, os.environ.get("TRITON_INTERPRET"))
@@ -82,7 +116,8 @@ def _jit(fn: Callable[..., Any], interpret_env: str | None) -> Any:
     for name in fn.__code__.co_names:
         target = namespace.get(name)
         if getattr(target, _DEVICE_MARK, False):
-            namespace[name] = _jit(target, interpret_env)
+            body = getattr(target, _INTERPRETED_MARK, target) if interpret_env == "1" else target
+            namespace[name] = _jit(body, interpret_env)
     bound = types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
     bound.__module__, bound.__qualname__, bound.__doc__ = fn.__module__, fn.__qualname__, fn.__doc__
     bound.__annotations__ = dict(fn.__annotations__)
@@ -168,3 +203,30 @@ def e8m0_byte(
     if ZERO_IS_NAN:
         not_a_scale = not_a_scale | (signed <= 0)
     return tl.where(not_a_scale, 0xFF, byte)
+
+
+@device
+def _fp8_code_interpreted(value, E5M2: tl.constexpr):
+    """:func:`fp8_code` in integer arithmetic (:func:`round_to_code`), as the interpreter cannot run the cast."""
+    bits = value.to(tl.int32, bitcast=True)
+    if E5M2:
+        code = round_to_code(bits, bits, bits, 2, 15, 24, 0x80, True, 0x7B, 0x7F, 0x7F, 0, 8)
+    else:
+        code = round_to_code(bits, bits, bits, 3, 7, 24, 0x80, True, 0x7E, 0x7F, 0x7F, 0, 8)
+    return code.to(tl.uint8)
+
+
+@device_modes(interpreted=_fp8_code_interpreted)
+def fp8_code(value, E5M2: tl.constexpr):
+    """uint8 FP8 code of float32 ``value``: E4M3FN, or E5M2 if E5M2; round to nearest even, saturating.
+
+    Finite values beyond the largest finite magnitude and infinities give +-max (E4M3FN 0x7E/0xFE, E5M2
+    0x7B/0xFB), -0 gives 0x80, float32 subnormals give +-0, and NaN gives 0x7F whatever its sign.
+    Compiled: ``cvt.rn.satfinite.e4m3x2.f32`` / ``e5m2x2`` (sm_89+), which is what Triton lowers
+    ``.to(tl.float8e4nv)`` / ``.to(tl.float8e5)`` to there; interpreted: :func:`round_to_code`.
+    ``tests/gpu/test_gpu_mx.py`` checks the hardware against ``reference.cast.fp8`` on every bfloat16
+    pattern, float32 boundaries and both NaN signs.
+    """
+    if E5M2:
+        return value.to(tl.float8e5).to(tl.uint8, bitcast=True)
+    return value.to(tl.float8e4nv).to(tl.uint8, bitcast=True)

@@ -25,15 +25,45 @@ times ``16*ikt`` columns; rows past ``N`` are zero.  The torch paths are a resha
 ``[NT, 8, KT, H, 4, 4, 2]`` (axes ``nt, r, kt, j, m, c, odd``) and a permute to
 ``[NT, KT, 8, 4, H, 2, 4]`` (``nt, kt, r, c, j, odd, m``); the kernels compute the same index map.
 
+
+The kernels
+-----------
+Unpack and dequant are one kernel, ``_tile_kernel`` (MODE 0: int32 values; 1-3: bfloat16 by one of the
+dequant formulas), launched over ``(NT, KT / BLOCK_KT)``: the 8 rows of one n-tile times ``BLOCK_KT``
+super-tiles.  A *piece* is column ``j`` of the four words ``c`` of one row ``r`` of a block ``(nt,
+kt)``: the 32 weights ``32*j .. 32*j + 31`` of that row's ``16*ikt``, which the output holds
+contiguously.  Read as pairs of weights ``(k, k + 1)`` (int64 for int32 values, one int32 for a
+bfloat16x2), a piece is 16 consecutive pairs ``4*m + c``, and pair ``(m, c)`` is word ``c`` shifted right
+by ``4*m``: the even weight in bits 0-3, the odd one in bits 16-19.  So no data moves between threads:
+a thread that holds the words ``c`` of a piece writes their pairs for one ``m`` as one 16-byte store.
+
+The tile is 2-D, ``[lines, pairs]``: one line per 16-byte store (4 bfloat16x2 pairs ``c``, or 2 int64
+pairs and ``c // 2`` in the line), lines ordered ``(kt, r, j descending, m, c // 2)``, fastest last;
+``M_LANES`` lines share a piece (its ``m``), the rest of ``m`` is a static loop.  With ``M_LANES = 4``
+at ``inner_k_tiles = 8`` the 32 lines of a warp store the 256 contiguous bytes of two rows of one
+super-tile (bfloat16) or the 512 of one row (int32), whole 128-byte lines, and load the words of
+those pieces (the lines of one piece the same 4-byte words; one line per load).  No load address
+ascends along the lines (``j`` descends, ``m`` is not in the address), so Triton's coalescing gives
+the loads one element per thread along the lines and the stores the same lines: the layout change
+between them stays in registers.  Compiled for sm_90 by Triton 3.6 and 3.9, no ``inner_k_tiles``
+uses shared memory with ``M_LANES`` 2 or 4 (with 1, ``inner_k_tiles = 2`` does; so did earlier
+versions of this kernel that ordered the piece axes otherwise, in one Triton or the other).  At
+``inner_k_tiles = 8`` with 512 lines, ``M_LANES = 4`` and four warps, the dequant takes 20 4-byte loads
+and 4 16-byte stores per thread, about 240 SASS instructions; the previous kernel gathered one word
+and one scale per weight (64 loads per 32 weights) and transposed its result through shared memory.
+The tiling was chosen from that analysis; its GPU timing against the alternatives (lines, ``M_LANES``,
+warps) is open (issue #5).
+
 Exact single-rounding FMA
 -------------------------
 ``w = (q - 8) * s + z`` must be rounded once to bfloat16.  A float32 FMA followed by a rounding to
 bfloat16 can round twice: ``3 * 1.0078125 = 3.0234375`` is a bfloat16 midpoint, and ``- 2**-30``
 puts the exact value below it (bfloat16 3.015625), but the float32 result is the midpoint itself,
 which ties to even (3.03125).  Compiled for CUDA, the kernel runs tinygemm's own instruction
-sequence in inline PTX (``0x4300 | q``, ``fma(x, 1, -136)``, ``fma.rn.bf16x2``: exact by construction,
-about 16 PTX instructions per weight at sm_90); in Triton's interpreter, and wherever asked (the GPU
-tests and benchmarks run both), it emulates the exact FMA in float32 (about 46 instructions):
+sequence in inline PTX on a pair of weights (``& 0x000F000F | 0x43004300`` makes the bfloat16x2
+``128 + q``, ``fma(x, 1, -136)`` gives ``q - 8``, ``fma.rn.bf16x2`` rounds once: exact by construction;
+at sm_90 one ``LOP3`` and two ``HFMA2.BF16_V2`` per pair); in Triton's interpreter, and wherever asked
+(the GPU tests and benchmarks run both), it emulates the exact FMA in float32 (about 46 instructions):
 
 1. scale ``s`` and ``z`` by ``2**-4`` (exact: bfloat16 values are 8-bit significands at or above
    ``2**-133``, so ``2**-137`` is still on the float32 grid) so that ``p = (q - 8) * s / 16`` can
@@ -63,13 +93,11 @@ ops on every path.  This module imports without Triton and queries no device at 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from fast._triton import device, jit, tl, triton
-from fast.cast import PATH_ENV
+from fast._triton import PATH_ENV, device, jit, selected_path, tl, triton
 
 __all__ = [
     "DEQUANT_ROUNDINGS",
@@ -90,7 +118,6 @@ GROUP_SIZES: tuple[int, ...] = (32, 64, 128, 256)
 INPUT_FORMS: tuple[str, ...] = ("int32", "uint8")
 DEQUANT_ROUNDINGS: tuple[str, ...] = ("fma", "mul_add")
 
-_PATHS: tuple[str, ...] = ("auto", "triton", "torch")
 _MODES = {"unpack": 0, "fma": 1, "mul_add": 2, "fma_hardware": 3}
 """What the tile kernel writes: the int32 values, or bfloat16 by one of three dequant formulas."""
 
@@ -130,19 +157,17 @@ def _mul_add_bf16_bits(kf, s, z):
 
 _DEQUANT_ASM_TEXT = """
 {
-.reg .b32 q2, v2, s2, z2, one2, bias2;
+.reg .b32 q2, v2, one2, bias2;
 mov.b32 one2, 0x3F803F80;
 mov.b32 bias2, 0xC308C308;
-prmt.b32 q2, $1, $2, 0x5410;
+and.b32 q2, $1, 0x000F000F;
 or.b32 q2, q2, 0x43004300;
 fma.rn.bf16x2 v2, q2, one2, bias2;
-prmt.b32 s2, $3, $4, 0x5410;
-prmt.b32 z2, $3, $4, 0x7632;
-fma.rn.bf16x2 $0, v2, s2, z2;
+fma.rn.bf16x2 $0, v2, $2, $3;
 }
 """
-"""Two weights per call: ``$1, $2`` their nibbles (int32), ``$3, $4`` their (scale, zero) bfloat16 pairs read as
-int32 (scale in the low half); ``$0`` the two bfloat16 results (the first in the low half)."""
+"""Two weights per call: ``$1`` holds their nibbles in bits 0-3 and 16-19 (other bits ignored), ``$2`` / ``$3``
+the scale / zero twice (bfloat16x2); ``$0`` the two bfloat16 results, in the same halves."""
 _HARDWARE_DEQUANT_ASM = tl.constexpr(_DEQUANT_ASM_TEXT) if tl is not None else _DEQUANT_ASM_TEXT
 
 
@@ -153,53 +178,65 @@ def _tile_kernel(
     out_ptr,
     # sizes
     n_rows,
-    k_cols,
     k_tiles,
     # layout, what to write, tiling
     INNER_K_TILES: tl.constexpr,
     GROUP_SIZE: tl.constexpr,
     MODE: tl.constexpr,
     WIDE: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    BLOCK_KT: tl.constexpr,
+    M_LANES: tl.constexpr,
 ):
-    """One ``[BLOCK_N, BLOCK_K]`` tile of the unpacked (MODE 0) or dequantized (MODE 1-3) weight."""
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)[:, None]
-    k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)[None, :]
-    if WIDE:
-        n = n.to(tl.int64)
-    mask = (n < n_rows) & (k < k_cols)
-    H: tl.constexpr = INNER_K_TILES // 2
-    SUPER: tl.constexpr = 16 * INNER_K_TILES
+    """n-tile ``program_id(0)``, super-tiles ``BLOCK_KT * program_id(1)`` + ``0 .. BLOCK_KT - 1`` of the unpacked
+    (MODE 0) or dequantized (MODE 1-3) weight (module docstring, "The kernels").
 
-    # The word of (n, k) and the nibble in it (module docstring).
-    row_part = (n // 8) * (k_tiles * 32 * H) + (n % 8) * (4 * H)
-    col_part = (k // SUPER) * (32 * H) + ((k >> 1) & 3) * H + (k % SUPER) // 32
-    shift = 4 * (((k >> 3) & 3) + 4 * (k & 1))
-    word = tl.load(packed_ptr + row_part + col_part, mask=mask, other=0)
-    q = (word >> shift) & 0xF
-    out_offsets = n * k_cols + k
-    if MODE == 0:
-        tl.store(out_ptr + out_offsets, q, mask=mask)
-    else:
-        # scales_and_zeros [K / gs, n_rows, 2] bfloat16, read as int32 pairs: scale low, zero high.
-        pair = tl.load(sz_ptr + (k // GROUP_SIZE) * n_rows + n, mask=mask, other=0)
+    ``out_ptr`` is the output read as pairs of weights ``(k, k + 1)``: int64 (MODE 0) or int32 (bfloat16x2).
+    """
+    H: tl.constexpr = INNER_K_TILES // 2
+    PAIRS: tl.constexpr = 2 if MODE == 0 else 4  # pairs per 16-byte store
+    SPLIT: tl.constexpr = 4 // PAIRS
+    # One line per 16-byte store; line = ((((kt, r), j descending), lane), c // PAIRS), fastest last.
+    line = tl.arange(0, BLOCK_KT * 8 * H * M_LANES * SPLIT)
+    nt = tl.program_id(0)
+    if WIDE:
+        line, nt = line.to(tl.int64), nt.to(tl.int64)
+    lane = (line // SPLIT) % M_LANES
+    j = H - 1 - (line // (SPLIT * M_LANES)) % H
+    r = (line // (SPLIT * M_LANES * H)) % 8
+    kt = tl.program_id(1) * BLOCK_KT + line // (SPLIT * M_LANES * H * 8)
+    valid = (kt < k_tiles)[:, None]
+    chunk = (nt * k_tiles + kt) * 8 + r  # the row's block of 4 * H words
+    n = nt * 8 + r
+    first = (n * (k_tiles * 16 * H) + kt * (16 * H) + 16 * j)[:, None]  # the piece's first pair in out_ptr
+    c = (line % SPLIT)[:, None] * PAIRS + tl.arange(0, PAIRS)[None, :]
+    words = tl.load(packed_ptr + (chunk * (4 * H) + j)[:, None] + c * H, mask=valid, other=0)
+    if MODE != 0:
+        # scales_and_zeros [K / gs, n_rows, 2] bfloat16 as int32 (scale low, zero high): one per piece.
+        group = (kt * (32 * H) + 32 * j) // GROUP_SIZE
+        pair = tl.load(sz_ptr + (group * n_rows + n)[:, None], mask=valid, other=0)
         if MODE == 3:
-            # tinygemm's own instructions, two weights per register: 0x4300 | q is the bfloat16 128 + q,
-            # fma(x, 1, -136) makes it q - 8 exactly, and fma.rn.bf16x2 rounds (q - 8) * s + z once.
-            w = tl.inline_asm_elementwise(
-                _HARDWARE_DEQUANT_ASM, "=r,r,r,r,r", [q, pair], dtype=tl.bfloat16, is_pure=True, pack=2
-            )
-            bits = w.to(tl.int16, bitcast=True)
+            scale2 = (pair & 0xFFFF) | (pair << 16)
+            zero2 = (pair & -65536) | ((pair >> 16) & 0xFFFF)
         else:
             s = (pair << 16).to(tl.float32, bitcast=True)
             z = (pair & -65536).to(tl.float32, bitcast=True)
-            kf = (q - 8).to(tl.float32)
+    for step in tl.static_range(4 // M_LANES):
+        m = (step * M_LANES + lane)[:, None]
+        both = words >> (4 * m)  # pair (32 j + 8 m + 2 c, + 1) in bits 0-3 and 16-19
+        if MODE == 0:
+            value = (both & 0xF).to(tl.int64) | (((both >> 16) & 0xF).to(tl.int64) << 32)
+        elif MODE == 3:  # tinygemm's own instructions on the bfloat16x2 pair (module docstring)
+            value = tl.inline_asm_elementwise(
+                _HARDWARE_DEQUANT_ASM, "=r,r,r,r", [both, scale2, zero2], dtype=tl.int32, is_pure=True, pack=1
+            )
+        else:
+            even = ((both & 0xF) - 8).to(tl.float32)
+            odd = (((both >> 16) & 0xF) - 8).to(tl.float32)
             if MODE == 1:
-                bits = _fma_bf16_bits(kf, s, z).to(tl.int16)
-            if MODE == 2:
-                bits = _mul_add_bf16_bits(kf, s, z).to(tl.int16)
-        tl.store(out_ptr + out_offsets, bits, mask=mask)
+                value = _fma_bf16_bits(even, s, z) | (_fma_bf16_bits(odd, s, z) << 16)
+            else:
+                value = _mul_add_bf16_bits(even, s, z) | (_mul_add_bf16_bits(odd, s, z) << 16)
+        tl.store(out_ptr + first + 4 * m + c, value, mask=valid)
 
 
 def _pack_kernel(
@@ -247,26 +284,15 @@ def _pack_kernel(
 
 # %% Launchers
 
-_BLOCK_N = 16
-_BLOCK_K = 256
-"""Tile of the unpack / dequant kernel: 4096 outputs (8 KiB bfloat16), 16-byte stores per thread."""
+_BLOCK_LINES = 512
+_M_LANES = 4
 _NUM_WARPS = 4
+"""Tiling of the unpack / dequant kernel: lines (16-byte stores) per program, lines per piece, warps (module
+docstring).  ``BLOCK_KT`` follows from the lines: a super-tile has ``8 * H * M_LANES`` lines (twice as many for
+the unpack)."""
 _BLOCK_NT = 8
 """n-tiles per program of the pack kernel: 8 x 32*H words."""
 _INT32_LIMIT = 1 << 31
-
-
-def _jitted(kernel: Callable[..., None], tensor: torch.Tensor) -> Any:
-    """The kernel decorated for this process's mode; CPU tensors need the interpreter."""
-    from triton.runtime.interpreter import InterpretedFunction
-
-    jitted = jit(kernel)
-    if tensor.device.type != "cuda" and not isinstance(jitted, InterpretedFunction):
-        raise RuntimeError(
-            f"Got {PATH_ENV}=triton and tensors on {tensor.device}, but the Triton kernel runs CPU tensors only in "
-            "Triton's interpreter: set TRITON_INTERPRET=1 before the first call in this process"
-        )
-    return jitted
 
 
 def _interpreted() -> bool:
@@ -280,29 +306,28 @@ def _tile_triton(
     inner_k_tiles: int,
     group_size: int,
     mode: str,
+    tiling: tuple[int, int, int] = (_BLOCK_LINES, _M_LANES, _NUM_WARPS),
 ) -> None:
     """Fill ``out`` ([8*NT, K], int32 or bfloat16) from ``packed`` with the tile kernel."""
-    n_rows, k_cols = out.shape
+    n_tiles, k_tiles = packed.shape[:2]
     if out.numel() == 0:
         return
-    kernel = _jitted(_tile_kernel, packed)
-    sz = packed if scales_and_zeros is None else scales_and_zeros.view(torch.int32)
-    target = out if out.dtype == torch.int32 else out.view(torch.int16)
-    grid = (triton.cdiv(n_rows, _BLOCK_N), triton.cdiv(k_cols, _BLOCK_K))
-    kernel[grid](
+    block_lines, m_lanes, num_warps = tiling
+    lines_per_super_tile = 8 * (inner_k_tiles // 2) * m_lanes * (2 if mode == "unpack" else 1)
+    block_kt = min(max(block_lines // lines_per_super_tile, 1), triton.next_power_of_2(k_tiles))
+    jit(_tile_kernel)[(n_tiles, triton.cdiv(k_tiles, block_kt))](
         packed,
-        sz,
-        target,
-        n_rows,
-        k_cols,
-        packed.shape[1],
+        packed if scales_and_zeros is None else scales_and_zeros.view(torch.int32),
+        out.view(torch.int64 if mode == "unpack" else torch.int32),
+        out.shape[0],
+        k_tiles,
         INNER_K_TILES=inner_k_tiles,
         GROUP_SIZE=group_size,
         MODE=_MODES[mode],
         WIDE=out.numel() >= _INT32_LIMIT,
-        BLOCK_N=_BLOCK_N,
-        BLOCK_K=_BLOCK_K,
-        num_warps=_NUM_WARPS,
+        BLOCK_KT=block_kt,
+        M_LANES=m_lanes,
+        num_warps=num_warps,
         enable_fp_fusion=False,  # the float32 emulation is written op by op (and Triton 3.9 warns when unset)
     )
 
@@ -312,7 +337,7 @@ def _pack_triton(source: torch.Tensor, out: torch.Tensor, inner_k_tiles: int) ->
     n_tiles, k_tiles = out.shape[:2]
     if out.numel() == 0:
         return
-    kernel = _jitted(_pack_kernel, source)
+    kernel = jit(_pack_kernel)
     grid = (triton.cdiv(n_tiles, _BLOCK_NT), k_tiles)
     kernel[grid](
         source,
@@ -435,18 +460,6 @@ def _check_scales_and_zeros(scales_and_zeros: object, n8: int, k: int, group_siz
     return sz.contiguous()
 
 
-def _selected_path(device: torch.device) -> str:
-    """``"triton"`` or ``"torch"``, from ``QCONFORM_FAST_PATH`` and the device."""
-    choice = os.environ.get(PATH_ENV, "auto")
-    if choice not in _PATHS:
-        raise ValueError(f"Got {PATH_ENV}={choice!r}, but {PATH_ENV} must be one of {list(_PATHS)}")
-    if choice == "auto":
-        return "triton" if device.type == "cuda" and triton is not None else "torch"
-    if choice == "triton" and triton is None:
-        raise RuntimeError(f"Got {PATH_ENV}=triton, but triton is not installed")
-    return choice
-
-
 # %% Public functions
 
 
@@ -490,7 +503,7 @@ def tinygemm_pack(
             raise ValueError(f"Got q[{n}, {col}]={int(weight[n, col])}, but q must hold values 0..15")
     weight = weight.contiguous()
     n_tiles, k_tiles = -(-rows // 8), k // (16 * inner_k_tiles)
-    if _selected_path(weight.device) == "triton":
+    if selected_path(weight.device) == "triton":
         packed = torch.empty((n_tiles, k_tiles, 32, inner_k_tiles // 2), dtype=torch.int32, device=weight.device)
         _pack_triton(weight, packed, inner_k_tiles)
         return {"packed": packed}
@@ -509,7 +522,7 @@ def tinygemm_unpack(packed: torch.Tensor, *, inner_k_tiles: int) -> dict[str, to
     _check_choice("inner_k_tiles", inner_k_tiles, INNER_K_TILES)
     packed = _check_packed(packed, inner_k_tiles)
     n_tiles, k_tiles = packed.shape[:2]
-    if _selected_path(packed.device) == "torch":
+    if selected_path(packed.device) == "torch":
         return {"q": _unpack_torch(packed, inner_k_tiles)}
     q = torch.empty((8 * n_tiles, 16 * inner_k_tiles * k_tiles), dtype=torch.int32, device=packed.device)
     _tile_triton(packed, None, q, inner_k_tiles, GROUP_SIZES[0], "unpack")
@@ -577,7 +590,7 @@ def tinygemm_dequant(
     packed = _check_packed(packed, inner_k_tiles)
     n8, k = 8 * packed.shape[0], packed.shape[1] * 16 * inner_k_tiles
     sz = _check_scales_and_zeros(scales_and_zeros, n8, k, group_size)
-    if _selected_path(packed.device) == "torch":
+    if selected_path(packed.device) == "torch":
         return {"w": _dequant_torch(packed, sz, inner_k_tiles, group_size, rounding)}
     w = torch.empty((n8, k), dtype=torch.bfloat16, device=packed.device)
     hardware = rounding == "fma" and packed.device.type == "cuda" and not _interpreted()

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from fast._triton import device, tl, triton
+from fast._triton import device, jit, selected_path, tl, triton
 from fast.decode import fp8 as decode_fp8
-from fast.quant.fp8 import FP8_FORMATS, check_choice, dtype_name, jitted, quiet_interpreter, selected_path
+from fast.quant.fp8 import FP8_FORMATS, check_choice, dtype_name, quiet_interpreter
 from fast.quant.fp8_blockwise import BLOCKS, TILE, scale_shapes
 
 __all__ = ["OPERANDS", "OUT_DTYPES", "fp8_block", "fp8_tensor"]
@@ -107,8 +107,9 @@ def _dequant_block_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    rows = (tl.program_id(0) // k_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = (tl.program_id(0) % k_tiles) * BLOCK_K + tl.arange(0, BLOCK_K)
     mask = (rows < M)[:, None] & (cols < K)[None, :]
     if COLUMNWISE:  # codes stored [K, M]
         code = tl.load(data_ptr + cols.to(tl.int64)[None, :] * M + rows[:, None], mask=mask, other=0)
@@ -192,7 +193,7 @@ def fp8_tensor(
     x = torch.empty(data.shape, dtype=torch.float32, device=data.device)
     if flat.numel():
         with quiet_interpreter(data.device):
-            jitted(_dequant_tensor_kernel, data.device)[(triton.cdiv(flat.numel(), _BLOCK),)](
+            jit(_dequant_tensor_kernel)[(triton.cdiv(flat.numel(), _BLOCK),)](
                 flat, scale_inv, x, flat.numel(), **_FORMAT_META[format], OUT=_OUT_IDS[out_dtype], BLOCK=_BLOCK
             )
     return {"x": x}
@@ -261,7 +262,7 @@ def fp8_block(
     x = torch.empty(shape, dtype=torch.float32, device=data.device)
     if m and k:
         with quiet_interpreter(data.device):
-            jitted(_dequant_block_kernel, data.device)[(triton.cdiv(m, _TILE_M), triton.cdiv(k, _TILE_K))](
+            jit(_dequant_block_kernel)[(triton.cdiv(m, _TILE_M) * triton.cdiv(k, _TILE_K),)](
                 codes,
                 scale_inv.contiguous(),
                 x,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -34,9 +34,19 @@ _TORCH_OUT: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torc
 _OUT_IDS: dict[str, int] = {"float32": 0, "bfloat16": 1, "float16": 2}
 _INV_2688 = float(struct.unpack("<f", struct.pack("<f", 1.0 / 2688.0))[0])
 """TE's ``factor_inv = 1.0f / (6.0f * 448.0f)``."""
-_BM = 32
-_BK = 128
-"""Output tile: 32 rows x 128 columns (64 data bytes and 8 scales per row), 4 warps."""
+
+
+class _Launch(NamedTuple):
+    """Tile rows, tile blocks (of 16 columns) and warps of a launch."""
+
+    rows: int
+    blocks: int
+    num_warps: int
+
+
+_LAUNCH = _Launch(rows=8, blocks=32, num_warps=4)
+"""Tiles of 8 rows x 32 blocks of 16 (512 columns), 4 warps: a thread decodes one block (8 data bytes,
+one scale, 16 outputs) of each of the tile's rows."""
 
 
 # %% Device functions
@@ -44,11 +54,14 @@ _BK = 128
 
 @device
 def _e2m1_decode(code):
-    """float32 value of E2M1 codes (int32 0..15): 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives (8 is -0)."""
-    magnitude = code & 7
-    normal = ((((magnitude >> 1) + 126) << 23) | ((magnitude & 1) << 22)).to(tl.float32, bitcast=True)
-    value = tl.where(magnitude < 2, magnitude.to(tl.float32) * 0.5, normal)
-    return tl.where((code & 8) != 0, -value, value)
+    """float32 value of E2M1 codes (int32 0..15): 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives (8 is -0).
+
+    The code's magnitude bits go to the float32 exponent and mantissa (bits 22-24) and its sign to bit 31,
+    which gives the value times ``2**-126`` (a float32 subnormal for codes 1 and 9); the product with
+    ``2**126`` is exact.  The sign travels as a bit: Triton versions that negate as ``0 - x`` lose -0.
+    """
+    bits = ((code & 7) << 22) | ((code & 8) << 28)
+    return bits.to(tl.float32, bitcast=True) * 8.507059173023462e37
 
 
 @device
@@ -57,8 +70,8 @@ def _e4m3_decode(code):
     exponent = (code >> 3) & 15
     mantissa = code & 7
     normal = (((exponent + 120) << 23) | (mantissa << 20)).to(tl.float32, bitcast=True)
-    value = tl.where(exponent == 0, mantissa.to(tl.float32) * 0.001953125, normal)
-    value = tl.where((code & 0x80) != 0, -value, value)
+    magnitude = tl.where(exponent == 0, mantissa.to(tl.float32) * 0.001953125, normal)
+    value = (magnitude.to(tl.int32, bitcast=True) | ((code & 0x80) << 24)).to(tl.float32, bitcast=True)
     nan = tl.full(code.shape, 0x7FC00000, tl.int32).to(tl.float32, bitcast=True)
     return tl.where((code & 0x7F) == 0x7F, nan, value)
 
@@ -98,53 +111,76 @@ def _nvfp4_dequantize_kernel(
     OUT: tl.constexpr,
     NATIVE: tl.constexpr,
     # tiling
-    BM: tl.constexpr,
-    BK: tl.constexpr,
+    BR: tl.constexpr,
+    NB: tl.constexpr,
+    EVEN: tl.constexpr,
 ):
-    row0 = tl.program_id(0) * BM
-    col0 = tl.program_id(1) * BK
-    r = tl.arange(0, BM)
+    """One ``[BR, NB * 16]`` tile of the output, as ``[2, BR, NB, 8]``: a block's first and second 8 values.
+
+    Triton lays the last axis out within a thread and the threads along the blocks (the first axis
+    repeats), so each thread decodes whole blocks: two 4-byte loads of data, one scale, two 16-byte
+    stores of bfloat16 (four of float32) per row.
+    """
+    KB = K // 16
+    row0 = tl.program_id(0) * BR
+    blk0 = tl.program_id(1) * NB
+    h = tl.arange(0, 2)[:, None, None, None]
+    r = tl.arange(0, BR)
+    b = tl.arange(0, NB)
     row_ok = (row0 + r) < M
+    ok = row_ok[:, None] & ((blk0 + b) < KB)[None, :]
     row_base = row0.to(tl.int64)
-    b = tl.arange(0, BK // 2)
-    byte_mask = row_ok[:, None] & ((col0 + 2 * b) < K)[None, :]
-    raw = tl.load(data_ptr + row_base * (K // 2) + (r[:, None] * (K // 2) + (col0 // 2 + b)[None, :]), mask=byte_mask)
+    blocks = (blk0 + b)[None, None, :, None]
+    d_offsets = 4 * h + r[None, :, None, None] * (K // 2) + 8 * blocks + tl.arange(0, 4)[None, None, None, :]
+    s_pointers = scales_ptr + row_base * KB + (r[:, None] * KB + (blk0 + b)[None, :])
+    if EVEN:
+        raw = tl.load(data_ptr + row_base * (K // 2) + d_offsets)
+        sf = tl.load(s_pointers)
+    else:
+        raw = tl.load(data_ptr + row_base * (K // 2) + d_offsets, mask=ok[None, :, :, None])
+        sf = tl.load(s_pointers, mask=ok)
     raw = raw.to(tl.int32)
-    codes = tl.reshape(tl.join(raw & 15, raw >> 4), [BM, BK])
-    s = tl.arange(0, BK // 16)
-    scale_mask = row_ok[:, None] & ((col0 + 16 * s) < K)[None, :]
-    sf = tl.load(
-        scales_ptr + row_base * (K // 16) + (r[:, None] * (K // 16) + (col0 // 16 + s)[None, :]), mask=scale_mask
-    )
+    codes = tl.reshape(tl.join(raw & 15, raw >> 4), [2, BR, NB, 8])
     block_scale = _e4m3_decode(sf.to(tl.int32))
     tensor = tl.load(scale_ptr + row0 + r, mask=row_ok, other=0.0)[:, None] if ROW_SCALE else tl.load(scale_ptr)
     # TE: (sf * amax) * fl32(1/2688), left to right; torchao: tensor_scale * sf.
     scale = (block_scale * tensor) * 0.00037202381645329297 if RULE == 0 else tensor * block_scale
-    values = tl.reshape(tl.reshape(_e2m1_decode(codes), [BM, BK // 16, 16]) * scale[:, :, None], [BM, BK])
-    c = tl.arange(0, BK)
-    out_mask = row_ok[:, None] & ((col0 + c) < K)[None, :]
-    out_pointers = out_ptr + row_base * K + (r[:, None] * K + (col0 + c)[None, :])
+    values = _e2m1_decode(codes) * scale[None, :, :, None]
+    o_offsets = 8 * h + r[None, :, None, None] * K + 16 * blocks + tl.arange(0, 8)[None, None, None, :]
+    out_pointers = out_ptr + row_base * K + o_offsets
+    result = _round_to_out(values, OUT)
     if NATIVE and OUT == 1:
-        tl.store(out_pointers, values.to(tl.bfloat16), mask=out_mask)
+        result = result.to(tl.bfloat16)  # exact: rounded by bits above (Triton 3.9's interpreter truncates)
     elif NATIVE and OUT == 2:
-        tl.store(out_pointers, values.to(tl.float16), mask=out_mask)
+        result = result.to(tl.float16)
+    if EVEN:
+        tl.store(out_pointers, result)
     else:
-        tl.store(out_pointers, _round_to_out(values, OUT), mask=out_mask)
+        tl.store(out_pointers, result, mask=ok[None, :, :, None])
 
 
 # %% Launcher and torch path
 
 
 def _triton_dequantize(
-    data: torch.Tensor, scales: torch.Tensor, scale: torch.Tensor, rule: str, row: bool, out_dtype: str, native: bool
+    data: torch.Tensor,
+    scales: torch.Tensor,
+    scale: torch.Tensor,
+    rule: str,
+    row: bool,
+    out_dtype: str,
+    native: bool,
+    launch: _Launch | None = None,
 ) -> torch.Tensor:
+    """The kernel on checked, contiguous arguments; ``launch`` overrides the tiling (the benchmarks' sweeps)."""
     kernel = jit(_nvfp4_dequantize_kernel)
+    launch = launch or _LAUNCH
     rows, cols = data.shape[0], 2 * data.shape[1]
     dtype = _TORCH_OUT[out_dtype] if native else torch.float32
     out = torch.empty((rows, cols), dtype=dtype, device=data.device)
     options: dict[str, Any] = {"enable_fp_fusion": False} if data.device.type == "cuda" else {}
     with _interpreter_errstate(data):
-        kernel[(triton.cdiv(rows, _BM), triton.cdiv(cols, _BK))](
+        kernel[(triton.cdiv(rows, launch.rows), triton.cdiv(cols // 16, launch.blocks))](
             data,
             scales,
             scale,
@@ -155,9 +191,10 @@ def _triton_dequantize(
             ROW_SCALE=row,
             OUT=_OUT_IDS[out_dtype],
             NATIVE=native,
-            BM=_BM,
-            BK=_BK,
-            num_warps=4,
+            BR=launch.rows,
+            NB=launch.blocks,
+            EVEN=rows % launch.rows == 0 and (cols // 16) % launch.blocks == 0,
+            num_warps=launch.num_warps,
             **options,
         )
     return out

@@ -15,35 +15,49 @@ Contracts
 
 How the arithmetic is kept exact
 --------------------------------
-- Scales: ``fp8_max / amax`` and ``1 / scale`` are computed in float64 and rounded once to float32.  The
-  float64 quotient of two float32 values rounded to float32 is the correctly rounded float32 quotient
-  (double rounding is innocuous for division when the wider format has at least 2p + 2 bits, 53 >= 50),
-  so this is TE's ``__fdiv_rn`` / ``__frcp_rn`` without depending on how a float32 division is lowered,
-  and without flushing subnormal results (``1 / 0x1.FEp127``).  A quotient at or above ``2**128 - 2**103``
-  rounds to Inf; it is detected in float64 and replaced (never converted).  Power-of-two scales clear
-  the mantissa bits (``bits & 0xFF800000``) and take an exact integer reciprocal.
-- Elements: ``fl32(x * scale)`` is one float32 multiply; the FP8 code comes from integer arithmetic on
-  its bits (:func:`fp8_code`), never from a Triton or torch FP8 cast.  ``fp8_code`` has a lean form
-  for the saturating round-to-nearest-even casts of these recipes: clamping the magnitude to the
-  largest finite value first saturates (rounding is monotonic); normal results round the mantissa with
-  ``(m + 2**(s-1) - 1 + lsb) >> s`` (a carry moves into the exponent) and rebias with one constant;
-  subnormal results are ``bits(|v| + 2**(23 + e_min)) - bits(2**(23 + e_min))``, where the float32 add
-  rounds ``|v|`` to a multiple of the smallest subnormal, ties to even.  It gives the same codes as
-  ``fast._triton.round_to_code`` (the ``cast.fp8`` core; ``LEAN=False`` selects it) for every float32
-  input; ``tests/fast/test_fast_fp8_recipes.py`` compares the two.
+- Scales: float32 scales (``fp8_max / amax``) and ``1 / scale`` are computed in float64 and rounded once
+  to float32.  The float64 quotient of two float32 values rounded to float32 is the correctly rounded
+  float32 quotient (double rounding is innocuous for division when the wider format has at least 2p + 2
+  bits, 53 >= 50), so this is TE's ``__fdiv_rn`` / ``__frcp_rn`` without depending on how a float32
+  division is lowered (Triton's float32 ``/`` is ``div.full.f32``, not correctly rounded) and without
+  flushing subnormals (``tl.math.div_rn`` is libdevice's, which Triton links with flush-to-zero:
+  ``1 / FLT_MAX``, a subnormal, would become 0).  A quotient at or above ``2**128 - 2**103`` rounds to
+  Inf; it is detected in float64 and replaced (never converted).  Power-of-two scales, ``bits(fl32(fp8_max
+  / amax)) & 0xFF800000``, need no division: their exponent follows from the exponents and mantissas of
+  amax and fp8_max (:func:`scale_from_amax`; ``tests/gpu/test_gpu_fp8_recipes.py`` checks it against the
+  float64 quotient on all 2**31 non-negative float32 amaxes); their reciprocal is exact with integers.
+- Elements: ``fl32(x * scale)`` is one float32 multiply (nothing is added to the product, so there is no
+  FMA to contract, and Triton does not flush subnormal operands of a multiply); the FP8 code comes from
+  one of three rounding cores (``ROUNDING_CORES``, the kernels' ``CORE``):
+
+  - ``hardware`` (compiled kernels, the default on CUDA): ``cvt.rn.satfinite.{e4m3,e5m2}x2.f32``, one
+    instruction per two values (sm_89+).  It rounds to nearest even and saturates ±Inf and overflow to
+    ±max like the contract; a NaN becomes 0x7F whatever its sign (the specs compare NaN codes as NaN).
+    ``tests/gpu/test_gpu_fp8_recipes.py`` proves it equal to ``lean`` on all 2**32 float32 inputs.
+  - ``lean`` (the default in Triton's interpreter, which cannot run inline PTX): integer arithmetic on the
+    float32 bits.  Clamping the magnitude to the largest finite value first saturates (rounding is
+    monotonic); normal results round the mantissa with ``(m + 2**(s-1) - 1 + lsb) >> s`` (a carry moves
+    into the exponent) and rebias with one constant; subnormal results are ``bits(|v| + 2**(23 + e_min))
+    - bits(2**(23 + e_min))``, where the float32 add rounds ``|v|`` to a multiple of the smallest
+    subnormal, ties to even.  NaN -> 0x7F with the sign of the input.
+  - ``exact``: ``fast._triton.round_to_code``, the ``cast.fp8`` core; the tests compare ``lean`` with it on
+    every bfloat16 pattern and random float32 patterns.
 - Amax: ``|x|`` with NaN replaced by 0, then a maximum; across programs an ``atomic_max`` on the int32
   bit pattern (non-negative floats order like their bits).
 
 Paths and passes
 ----------------
-Current scaling takes two passes over ``x`` on the GPU: an amax kernel (grid-wide atomic maximum), then
+Current scaling takes two passes over ``x`` on the GPU: an amax kernel (at most ``AMAX_TILE[2]`` programs,
+each striding over the blocks, then one atomic maximum per program), then
 a cast kernel in which every program derives the scale from the amax itself (a few scalar operations)
 and writes the rowwise tile and its transpose from one read.  Delayed scaling takes one pass (the cast
 kernel records the amax while casting) and a one-program update kernel.  The torch paths do the same
 arithmetic with torch ops (the element rounding through ``fast.cast.fp8``).  ``QCONFORM_FAST_PATH``
-chooses as in ``fast/cast.py``: ``auto`` (the kernels for CUDA tensors when Triton is importable),
-``triton`` (CPU tensors need ``TRITON_INTERPRET=1``), ``torch``.  In Triton's interpreter the kernels run
-under ``numpy.errstate(all="ignore")``: NumPy warns where the GPU silently gives Inf (``1 / 0``).
+chooses as in ``fast/cast.py`` (``fast._triton.selected_path``).  In Triton's interpreter the kernels run
+under ``numpy.errstate(all="ignore")``: NumPy warns where the GPU silently gives Inf (``1 / 0``).  The
+scale rule's epsilon and value_for_inf are runtime arguments, not constexprs, so that the recipes' variants
+share compiled kernels.  Tiles (``CAST_TILES``, ``AMAX_TILE``) come from an H100 sweep at bfloat16
+8192x8192.
 
 This module imports without Triton and queries no device at import time.
 """
@@ -52,15 +66,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-from fast._triton import device, float32_bits, jit, round_to_code, tl, triton
+from fast._triton import PATH_ENV, device, float32_bits, jit, round_to_code, selected_path, tl, triton
 from fast.cast import fp8 as cast_fp8
 
 __all__ = [
@@ -69,6 +82,7 @@ __all__ = [
     "FP8_FORMATS",
     "INF_SCALES",
     "PATH_ENV",
+    "ROUNDING_CORES",
     "USAGES",
     "X_DTYPES",
     "bench",
@@ -76,6 +90,7 @@ __all__ = [
     "fp8_delayed",
     "fp8_tensor",
     "reciprocal",
+    "rounding_core",
     "scale_from_amax",
 ]
 
@@ -85,10 +100,11 @@ INF_SCALES: tuple[str, ...] = ("float32_max", "input_max")
 X_DTYPES: tuple[str, ...] = ("bfloat16", "float32", "float16")
 AMAX_COMPUTE_ALGOS: tuple[str, ...] = ("max", "most_recent")
 DELAYED_UPDATES: tuple[str, ...] = ("fused", "unfused")
-PATH_ENV = "QCONFORM_FAST_PATH"
+ROUNDING_CORES: tuple[str, ...] = ("exact", "lean", "hardware")
+"""The kernels' FP8 rounding cores (module docstring), in the order of their ``CORE`` ids."""
 
-LEAN_ROUNDING = True
-"""Kernels round with the lean saturating-RNE form of :func:`fp8_code` (False: ``round_to_code``)."""
+ROUNDING_CORE: str | None = None
+"""The rounding core of every kernel of ``fast.quant.fp8*``; None: ``hardware`` compiled, ``lean`` interpreted."""
 
 F32_MAX = 3.4028234663852886e38
 F32_OVERFLOW = 3.4028235677973366e38
@@ -107,23 +123,36 @@ class Fp8Format(NamedTuple):
     max_code: int
     max_value: float
 
-    @property
-    def meta(self) -> dict[str, Any]:
-        """The kernels' constexprs for this format."""
-        return {
-            "MANTISSA_BITS": self.mantissa_bits,
-            "BIAS": self.bias,
-            "MAX_CODE": self.max_code,
-            "MAX_BITS": int(np.float32(self.max_value).view(np.int32)),
-            "MAGIC": 2.0 ** (24 - self.bias - self.mantissa_bits),
-            "FP8_MAX": self.max_value,
-        }
-
 
 FORMATS: dict[str, Fp8Format] = {
     "float8_e4m3fn": Fp8Format(3, 7, 0x7E, 448.0),
     "float8_e5m2": Fp8Format(2, 15, 0x7B, 57344.0),
 }
+FORMAT_META: dict[str, dict[str, Any]] = {
+    name: {
+        "MANTISSA_BITS": fmt.mantissa_bits,
+        "BIAS": fmt.bias,
+        "MAX_CODE": fmt.max_code,
+        "MAX_BITS": int(np.float32(fmt.max_value).view(np.int32)),
+        "MAGIC": 2.0 ** (24 - fmt.bias - fmt.mantissa_bits),
+        "FP8_MAX": fmt.max_value,
+    }
+    for name, fmt in FORMATS.items()
+}
+"""The kernels' constexprs of each format (computed once: launches stay cheap on the host)."""
+
+
+def rounding_core(tensor_device: torch.device) -> int:
+    """The ``CORE`` id for kernels launched on ``tensor_device``: ``ROUNDING_CORE``, else by compiled/interpreted.
+
+    ``ValueError`` for an unknown ``ROUNDING_CORE`` and for ``hardware`` on a device other than CUDA.
+    """
+    choice = ROUNDING_CORE or ("hardware" if tensor_device.type == "cuda" else "lean")
+    if choice not in ROUNDING_CORES:
+        raise ValueError(f"Got ROUNDING_CORE={choice!r}, but ROUNDING_CORE must be one of {list(ROUNDING_CORES)}")
+    if choice == "hardware" and tensor_device.type != "cuda":
+        raise ValueError(f"Got ROUNDING_CORE='hardware' and a tensor on {tensor_device}, but it needs a CUDA device")
+    return ROUNDING_CORES.index(choice)
 
 
 # %% Device functions
@@ -131,16 +160,37 @@ FORMATS: dict[str, Fp8Format] = {
 
 @device
 def fp8_code(
-    bits,
+    value,
     MANTISSA_BITS: tl.constexpr,
     BIAS: tl.constexpr,
     MAX_CODE: tl.constexpr,
     MAX_BITS: tl.constexpr,
     MAGIC: tl.constexpr,
-    LEAN: tl.constexpr,
+    CORE: tl.constexpr,
 ):
-    """int32 FP8 code of float32 ``bits``: round to nearest even, saturate, NaN -> 0x7F with the sign of ``bits``."""
-    if LEAN:
+    """uint8 FP8 code of float32 ``value``: round to nearest even, saturate; NaN -> a NaN code (module docstring)."""
+    if CORE == 2:  # hardware: two values per cvt; the four results of one asm instance packed in one register
+        if MANTISSA_BITS == 3:
+            return tl.inline_asm_elementwise(
+                "{\n.reg .b16 lo, hi;\ncvt.rn.satfinite.e4m3x2.f32 lo, $2, $1;\n"
+                "cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3;\nmov.b32 $0, {lo, hi};\n}",
+                "=r,r,r,r,r",
+                [value],
+                dtype=tl.uint8,
+                is_pure=True,
+                pack=4,
+            )
+        return tl.inline_asm_elementwise(
+            "{\n.reg .b16 lo, hi;\ncvt.rn.satfinite.e5m2x2.f32 lo, $2, $1;\n"
+            "cvt.rn.satfinite.e5m2x2.f32 hi, $4, $3;\nmov.b32 $0, {lo, hi};\n}",
+            "=r,r,r,r,r",
+            [value],
+            dtype=tl.uint8,
+            is_pure=True,
+            pack=4,
+        )
+    bits = value.to(tl.int32, bitcast=True)
+    if CORE == 1:  # lean
         magnitude = bits & 0x7FFFFFFF
         clamped = tl.minimum(magnitude, MAX_BITS)  # saturate first: rounding is monotonic
         normal = (
@@ -154,22 +204,35 @@ def fp8_code(
         )
         code = tl.where(magnitude < ((128 - BIAS) << 23), tiny, normal)
         code = tl.where(magnitude > 0x7F800000, 0x7F, code)
-        return code | ((bits >> 24) & 0x80)
-    return round_to_code(bits, bits, 0, MANTISSA_BITS, BIAS, 24, 0x80, True, MAX_CODE, 0x7F, 0xFF, 0, 0)
+        return (code | ((bits >> 24) & 0x80)).to(tl.uint8)
+    code = round_to_code(bits, bits, 0, MANTISSA_BITS, BIAS, 24, 0x80, True, MAX_CODE, 0x7F, 0xFF, 0, 0)
+    return code.to(tl.uint8)
 
 
 @device
-def scale_from_amax(
-    amax, FP8_MAX: tl.constexpr, POW2: tl.constexpr, EPSILON: tl.constexpr, VALUE_FOR_INF: tl.constexpr
-):
-    """TE's ``compute_scale_from_amax`` of float32 ``amax`` (scalar or block), exactly (module docstring)."""
-    amax = tl.where(amax < EPSILON, EPSILON, amax)
+def scale_from_amax(amax, epsilon, value_for_inf, FP8_MAX: tl.constexpr, MAX_BITS: tl.constexpr, POW2: tl.constexpr):
+    """TE's ``compute_scale_from_amax`` of float32 ``amax`` (scalar or block), exactly (module docstring).
+
+    ``epsilon`` and ``value_for_inf`` are float32 scalars (runtime arguments of the kernels); ``MAX_BITS``
+    are the float32 bits of ``FP8_MAX``.
+    """
+    amax = tl.where(amax < epsilon, epsilon, amax)
     one = (amax == 0.0) | (amax > 3.4028234663852886e38) | (amax != amax)
+    if POW2:
+        # fl32(FP8_MAX / amax) rounded down to a power of two, without a division: with amax = m * 2**e
+        # and FP8_MAX = m_max * 2**e_max (m, m_max in [1, 2)), the quotient is (m_max / m) * 2**(e_max - e),
+        # and m_max / m < 1 exactly when m > m_max.  Rounding to float32 never carries it up to the next
+        # power of two (m_max / m <= 1 - 2**-24 when m > m_max), so the exponent is exact; it overflows
+        # (fl32 gives Inf, then value_for_inf) exactly when it exceeds 127, and always for subnormal amax.
+        bits = amax.to(tl.int32, bitcast=True)
+        field = ((MAX_BITS >> 23) + 127) - (bits >> 23) - ((bits & 0x7FFFFF) > (MAX_BITS & 0x7FFFFF)).to(tl.int32)
+        overflow = (field > 254) | (bits < 0x00800000)
+        inf_bits = tl.cast(value_for_inf, tl.float32).to(tl.int32, bitcast=True)  # a Python float when interpreted
+        scale_bits = tl.where(overflow, inf_bits & -8388608, field << 23)
+        return tl.where(one, 1.0, scale_bits.to(tl.float32, bitcast=True))
     quotient = FP8_MAX / tl.where(one, 1.0, amax).to(tl.float64)
     finite = quotient < 3.4028235677973366e38
-    scale = tl.where(finite, tl.minimum(quotient, 3.4028234663852886e38).to(tl.float32), VALUE_FOR_INF)
-    if POW2:
-        scale = (scale.to(tl.int32, bitcast=True) & -8388608).to(tl.float32, bitcast=True)  # bits & 0xFF800000
+    scale = tl.where(finite, tl.minimum(quotient, 3.4028234663852886e38).to(tl.float32), value_for_inf)
     return tl.where(one, 1.0, scale)
 
 
@@ -186,11 +249,16 @@ def reciprocal(scale, POW2: tl.constexpr):
 
 
 def _amax_kernel(x_ptr, amax_ptr, n_elements, INPUT: tl.constexpr, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    _, bits = float32_bits(tl.load(x_ptr + offsets, mask=offsets < n_elements, other=0), INPUT)
-    value = bits.to(tl.float32, bitcast=True)
-    magnitude = tl.where(value == value, tl.abs(value), 0.0)  # NaN ignored
-    tl.atomic_max(amax_ptr, tl.max(magnitude, axis=0).to(tl.int32, bitcast=True))
+    # Each program strides over the blocks (grid = at most AMAX_TILE's programs): one atomic per program.
+    pid, programs = tl.program_id(0), tl.num_programs(0)
+    offsets = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    running = tl.zeros([BLOCK], tl.float32)
+    for _ in range(pid, tl.cdiv(n_elements, BLOCK), programs):
+        _, bits = float32_bits(tl.load(x_ptr + offsets, mask=offsets < n_elements, other=0), INPUT)
+        value = bits.to(tl.float32, bitcast=True)
+        running = tl.maximum(running, tl.where(value == value, tl.abs(value), 0.0))  # NaN ignored
+        offsets += programs.to(tl.int64) * BLOCK
+    tl.atomic_max(amax_ptr, tl.max(running, axis=0).to(tl.int32, bitcast=True))
 
 
 def _scaled_cast_kernel(
@@ -207,18 +275,18 @@ def _scaled_cast_kernel(
     M,
     K,
     # scale rule (FROM_AMAX: current scaling; else the scale at scale_ptr, amax recorded atomically)
+    epsilon,
+    value_for_inf,
     FROM_AMAX: tl.constexpr,
     FP8_MAX: tl.constexpr,
     POW2: tl.constexpr,
-    EPSILON: tl.constexpr,
-    VALUE_FOR_INF: tl.constexpr,
-    # format
+    # format and rounding core
     MANTISSA_BITS: tl.constexpr,
     BIAS: tl.constexpr,
     MAX_CODE: tl.constexpr,
     MAX_BITS: tl.constexpr,
     MAGIC: tl.constexpr,
-    LEAN: tl.constexpr,
+    CORE: tl.constexpr,
     # outputs and input width
     ROWWISE: tl.constexpr,
     COLWISE: tl.constexpr,
@@ -227,17 +295,18 @@ def _scaled_cast_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    pid_m, pid_k = tl.program_id(0), tl.program_id(1)
+    k_tiles = tl.maximum(tl.cdiv(K, BLOCK_K), 1)
+    pid_m, pid_k = tl.program_id(0) // k_tiles, tl.program_id(0) % k_tiles
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
     mask = (rows < M)[:, None] & (cols < K)[None, :]
     raw = tl.load(x_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :], mask=mask, other=0)
     _, bits = float32_bits(raw, INPUT)
     value = bits.to(tl.float32, bitcast=True)
-    first = (pid_m == 0) & (pid_k == 0)
+    first = tl.program_id(0) == 0
     if FROM_AMAX:
         amax = tl.load(amax_ptr).to(tl.float32, bitcast=True)
-        scale = scale_from_amax(amax, FP8_MAX, POW2, EPSILON, VALUE_FOR_INF)
+        scale = scale_from_amax(amax, epsilon, value_for_inf, FP8_MAX, MAX_BITS, POW2)
         if first:
             tl.store(amax_out_ptr, amax)
             tl.store(scale_out_ptr, scale)
@@ -248,8 +317,7 @@ def _scaled_cast_kernel(
         tl.atomic_max(amax_ptr, tl.max(tl.max(magnitude, axis=1), axis=0).to(tl.int32, bitcast=True))
         if first:
             tl.store(scale_inv_ptr, reciprocal(scale, False))
-    code = fp8_code((value * scale).to(tl.int32, bitcast=True), MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, LEAN)
-    code = code.to(tl.uint8)
+    code = fp8_code(value * scale, MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
     if ROWWISE:
         tl.store(data_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :], code, mask=mask)
     if COLWISE:
@@ -301,46 +369,20 @@ def _delayed_update_kernel(
 
 # %% Launch helpers
 
-_AMAX_BLOCK = 8192
-_ROW_TILE = (32, 128)
-"""Cast tile (rows, columns) when only the rowwise copy is written: 4 KiB of codes per program."""
-_BOTH_TILE = (64, 64)
-"""Cast tile when the transposed copy is written: square, so both stores stay 64-byte runs."""
-_NUM_WARPS = 4
-
-
-def selected_path(device: torch.device) -> str:
-    """``"triton"`` or ``"torch"``, from ``QCONFORM_FAST_PATH`` and the device.
-
-    ``ValueError`` for an unknown choice; ``RuntimeError`` for ``triton`` without Triton.
-    """
-    choice = os.environ.get(PATH_ENV, "auto")
-    if choice not in ("auto", "triton", "torch"):
-        raise ValueError(f"Got {PATH_ENV}={choice!r}, but {PATH_ENV} must be one of ['auto', 'triton', 'torch']")
-    if choice == "auto":
-        return "triton" if device.type == "cuda" and triton is not None else "torch"
-    if choice == "triton" and triton is None:
-        raise RuntimeError(f"Got {PATH_ENV}=triton, but triton is not installed")
-    return choice
-
-
-def jitted(kernel: Callable[..., None], device: torch.device) -> Any:
-    """The kernel for the current ``TRITON_INTERPRET``; ``RuntimeError`` for CPU tensors outside the interpreter."""
-    from triton.runtime.interpreter import InterpretedFunction
-
-    fn = jit(kernel)
-    if device.type != "cuda" and not isinstance(fn, InterpretedFunction):
-        raise RuntimeError(
-            f"Got {PATH_ENV}=triton and a tensor on {device}, but the Triton kernels run CPU tensors only in "
-            "Triton's interpreter: set TRITON_INTERPRET=1 before the first call in this process"
-        )
-    return fn
+AMAX_TILE: tuple[int, int, int] = (4096, 4, 2112)
+"""Elements per block, num_warps and the most programs of the amax kernel (each strides over the blocks)."""
+CAST_TILES: dict[str, tuple[int, int, int]] = {
+    "rowwise": (32, 128, 4),
+    "columnwise": (64, 64, 4),
+    "both": (64, 64, 4),
+}
+"""(BLOCK_M, BLOCK_K, num_warps) of the cast kernel per usage."""
 
 
 @contextlib.contextmanager
-def quiet_interpreter(device: torch.device) -> Iterator[None]:
+def quiet_interpreter(tensor_device: torch.device) -> Iterator[None]:
     """In Triton's interpreter, silence NumPy's floating-point warnings (the GPU gives Inf/NaN silently)."""
-    if device.type == "cuda":
+    if tensor_device.type == "cuda":
         yield
         return
     with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -348,36 +390,42 @@ def quiet_interpreter(device: torch.device) -> Iterator[None]:
         yield
 
 
-def _cast_meta(format: str, usage: str, lean: bool) -> dict[str, Any]:
-    meta = FORMATS[format].meta
-    meta.update(LEAN=lean, ROWWISE=usage != "columnwise", COLWISE=usage != "rowwise")
-    return meta
-
-
 def _launch_cast(
     x2: torch.Tensor,
     outputs: dict[str, torch.Tensor],
     buffers: list[torch.Tensor],
-    meta: dict[str, Any],
+    rule: dict[str, Any],
+    format: str,
+    usage: str,
 ) -> None:
-    """Run ``_scaled_cast_kernel`` over ``x2`` ([M, K]); ``buffers`` = amax, scale, amax_out, scale_out, scale_inv."""
+    """Run ``_scaled_cast_kernel`` over ``x2`` ([M, K]); ``buffers`` = amax, scale, amax_out, scale_out, scale_inv.
+
+    ``rule``: ``epsilon``, ``value_for_inf`` (runtime) and ``FROM_AMAX``, ``POW2`` (constexprs).
+    """
     m, k = x2.shape
-    block_m, block_k = _BOTH_TILE if meta["COLWISE"] else _ROW_TILE
+    block_m, block_k, num_warps = CAST_TILES[usage]
     dummy = outputs.get("data", outputs.get("columnwise_data"))
-    grid = (max(1, triton.cdiv(m, block_m)), max(1, triton.cdiv(k, block_k)))
+    grid = (max(1, triton.cdiv(m, block_m) * triton.cdiv(k, block_k)),)
     with quiet_interpreter(x2.device):
-        jitted(_scaled_cast_kernel, x2.device)[grid](
+        jit(_scaled_cast_kernel)[grid](
             x2,
             outputs.get("data", dummy),
             outputs.get("columnwise_data", dummy),
             *buffers,
             m,
             k,
-            **meta,
+            rule["epsilon"],
+            rule["value_for_inf"],
+            FROM_AMAX=rule["FROM_AMAX"],
+            POW2=rule["POW2"],
+            **FORMAT_META[format],
+            CORE=rounding_core(x2.device),
+            ROWWISE=usage != "columnwise",
+            COLWISE=usage != "rowwise",
             INPUT=INPUT_IDS[x2.dtype],
             BLOCK_M=block_m,
             BLOCK_K=block_k,
-            num_warps=_NUM_WARPS,
+            num_warps=num_warps,
         )
 
 
@@ -509,7 +557,8 @@ def fp8_tensor(
     Edge cases
     ----------
     amax 0 / Inf -> scale 1; a scale that overflows float32 -> ``value_for_inf`` (pow2: 2**127,
-    scale_inv 2**-127); ±Inf and overflow saturate; NaN -> 0x7F/0xFF; -0.0 -> 0x80.
+    scale_inv 2**-127); ±Inf and overflow saturate; NaN -> a NaN code (0x7F from the hardware core,
+    0x7F/0xFF with the input's sign otherwise); -0.0 -> 0x80.
 
     Two passes over ``x`` on CUDA (amax, then cast); path per ``QCONFORM_FAST_PATH``.  Raises
     ``TypeError`` unless ``x`` is a float32/bfloat16/float16 tensor; ``ValueError`` for an unknown
@@ -540,13 +589,13 @@ def fp8_tensor(
     amax_bits = torch.zeros(1, dtype=torch.int32, device=x.device)
     if x2.numel():
         with quiet_interpreter(x.device):
-            jitted(_amax_kernel, x.device)[(triton.cdiv(x2.numel(), _AMAX_BLOCK),)](
-                x2, amax_bits, x2.numel(), INPUT=INPUT_IDS[x.dtype], BLOCK=_AMAX_BLOCK, num_warps=8
+            block, num_warps, programs = AMAX_TILE
+            jit(_amax_kernel)[(min(triton.cdiv(x2.numel(), block), programs),)](
+                x2, amax_bits, x2.numel(), INPUT=INPUT_IDS[x.dtype], BLOCK=block, num_warps=num_warps
             )
-    scalars = [torch.empty(1, dtype=torch.float32, device=x.device) for _ in range(3)]
-    meta = _cast_meta(format, usage, LEAN_ROUNDING)
-    meta.update(FROM_AMAX=True, POW2=power_2_scale, EPSILON=epsilon, VALUE_FOR_INF=value_for_inf)
-    _launch_cast(x2, outputs, [amax_bits, scalars[0], *scalars], meta)
+    scalars = torch.empty((3, 1), dtype=torch.float32, device=x.device).unbind()
+    rule = {"epsilon": epsilon, "value_for_inf": value_for_inf, "FROM_AMAX": True, "POW2": power_2_scale}
+    _launch_cast(x2, outputs, [amax_bits, scalars[0], *scalars], rule, format, usage)
     return {"amax": scalars[0], "scale": scalars[1], "scale_inv": scalars[2], **_shaped(outputs, x, usage)}
 
 
@@ -627,12 +676,11 @@ def fp8_delayed(
     outputs = _empty_copies(x, usage)
     amax_bits = torch.zeros(1, dtype=torch.int32, device=x.device)
     scale_inv = torch.empty(1, dtype=torch.float32, device=x.device)
-    meta = _cast_meta(format, usage, LEAN_ROUNDING)
-    meta.update(FROM_AMAX=False, POW2=False, EPSILON=0.0, VALUE_FOR_INF=F32_MAX)
-    _launch_cast(x2, outputs, [amax_bits, scale, scale_inv, scale_inv, scale_inv], meta)
+    rule = {"epsilon": 0.0, "value_for_inf": F32_MAX, "FROM_AMAX": False, "POW2": False}
+    _launch_cast(x2, outputs, [amax_bits, scale, scale_inv, scale_inv, scale_inv], rule, format, usage)
     new_history, new_scale = torch.empty_like(history), torch.empty_like(scale)
     with quiet_interpreter(x.device):
-        jitted(_delayed_update_kernel, x.device)[(1,)](
+        jit(_delayed_update_kernel)[(1,)](
             history,
             amax_bits,
             scale,
@@ -708,6 +756,8 @@ def bench(shape: tuple[int, int] = (8192, 8192), dtype: torch.dtype = torch.bflo
 
 
 if __name__ == "__main__":
+    import os
+
     _device = "cuda" if torch.cuda.is_available() else "cpu"
     _x = (torch.randn(1823, 781, generator=torch.Generator().manual_seed(0)) * 64).to(_device)
     _torch = fp8_tensor(_x, format="float8_e4m3fn")

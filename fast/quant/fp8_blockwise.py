@@ -21,15 +21,19 @@ Layouts (GEMM-ready, as TE allocates them; scale padding is left unwritten)
 
 The kernel
 ----------
-One program per tile of ``x``, one read of the input: ``BLOCK_M x 128`` for rowwise 1x128 alone,
-``128 x BLOCK_K`` for columnwise 1x128 alone, ``128 x 128`` when both copies are written (a row block and
-a column block must each lie in one program) and for 128x128.  The program widens the tile to float32
-(``fast._triton.float32_bits``), takes ``|x|`` with NaN as 0 (out-of-range elements load as 0), reduces
-it along the rows and/or the columns (or the whole tile), turns each amax into a scale and a
-``scale_inv`` with ``fast.quant.fp8.scale_from_amax`` / ``reciprocal`` (float64 quotients, once per
-block), multiplies, rounds with ``fast.quant.fp8.fp8_code`` (integer arithmetic), stores the rowwise
-codes, and stores the columnwise codes through ``tl.trans``.  Bytes moved: the input once, each copy's
-codes once, the scales (1/128 or 1/16384 of the elements).
+One program per tile of ``x`` (a 1-D grid); ``TILES`` gives each (block, usage) its ``(BLOCK_M, BLOCK_K,
+num_warps)``.  Rowwise 1x128 alone: a ``BLOCK_M x 128`` tile in one pass (load, widen to float32 with
+``fast._triton.float32_bits``, ``|x|`` with NaN as 0, the row amaxes, scales, cast, store).  Wherever column
+blocks (or 128x128 tiles) are cast, a program spans 128 rows by ``BLOCK_K`` columns and reads them
+``BLOCK_M`` rows at a time, twice: pass 1 keeps a running elementwise maximum for the column (or tile) amax
+and casts the rowwise 1x128 blocks on the way; pass 2 reads the rows again (from L2) and casts them with
+the column (or tile) scale, storing the columnwise codes through ``tl.trans``.  Chunks keep the registers
+low, so that several programs share an SM.  Scales come from ``fast.quant.fp8.scale_from_amax`` (powers
+of two without a division; float32 scales from a float64 quotient) and ``reciprocal``; the codes from
+``fast.quant.fp8.fp8_code`` (the hardware ``cvt.rn.satfinite`` on CUDA, integer arithmetic in the
+interpreter: ``fast/quant/fp8.py``).  Bytes moved from HBM: the input once, each copy's codes once, the
+scales (1/128 or 1/16384 of the elements).  Tiles and warps come from an H100 sweep at bfloat16
+8192x8192, every candidate checked bit for bit against the previous tiles.
 
 Paths are chosen by ``QCONFORM_FAST_PATH`` as in ``fast/cast.py``.  This module imports without Triton
 and queries no device at import time.
@@ -39,11 +43,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
-from fast._triton import float32_bits, tl, triton
+from fast._triton import device, float32_bits, jit, selected_path, tl, triton
 from fast.quant.fp8 import (
     DTYPE_MAX,
+    FORMAT_META,
     FORMATS,
     FP8_FORMATS,
     INPUT_IDS,
@@ -53,25 +59,37 @@ from fast.quant.fp8 import (
     check_x,
     dtype_name,
     fp8_code,
-    jitted,
     quiet_interpreter,
     reciprocal,
+    rounding_core,
     scale_from_amax,
-    selected_path,
     torch_abs_no_nan,
     torch_reciprocal,
     torch_scale_from_amax,
 )
 
-__all__ = ["BLOCKS", "bench", "fp8_block"]
+__all__ = ["BLOCKS", "TILES", "bench", "fp8_block"]
 
 BLOCKS: tuple[str, ...] = ("1x128", "128x128")
 TILE = 128
-LEAN_ROUNDING = True
-"""Round with the lean form of ``fast.quant.fp8.fp8_code`` (False: ``fast._triton.round_to_code``)."""
 
 
 # %% Compute kernel
+
+
+@device
+def _load_rows(x_ptr, rows, cols, M, K, INPUT: tl.constexpr):
+    """float32 values of ``x[rows][:, cols]`` (0 outside ``[M, K]``) and the in-range mask."""
+    mask = (rows < M)[:, None] & (cols < K)[None, :]
+    raw = tl.load(x_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :], mask=mask, other=0)
+    _, bits = float32_bits(raw, INPUT)
+    return bits.to(tl.float32, bitcast=True), mask
+
+
+@device
+def _magnitude(value):
+    """``|value|`` with NaN as 0 (the amax ignores NaN; missing elements load as 0)."""
+    return tl.where(value == value, tl.abs(value), 0.0)
 
 
 def _fp8_block_kernel(
@@ -87,90 +105,95 @@ def _fp8_block_kernel(
     SCALE_STRIDE,
     COLUMNWISE_SCALE_STRIDE,
     # scale rule
+    epsilon,
+    value_for_inf,
     FP8_MAX: tl.constexpr,
     POW2: tl.constexpr,
-    EPSILON: tl.constexpr,
-    VALUE_FOR_INF: tl.constexpr,
-    # format
+    # format and rounding core
     MANTISSA_BITS: tl.constexpr,
     BIAS: tl.constexpr,
     MAX_CODE: tl.constexpr,
     MAX_BITS: tl.constexpr,
     MAGIC: tl.constexpr,
-    LEAN: tl.constexpr,
+    CORE: tl.constexpr,
     # recipe, outputs and input width
     TWO_D: tl.constexpr,
     ROWWISE: tl.constexpr,
     COLWISE: tl.constexpr,
     INPUT: tl.constexpr,
-    # tiling
+    # tiling: programs of BLOCK_M (rowwise 1x128 alone) or 128 rows (read BLOCK_M at a time) by BLOCK_K columns
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    pid_m, pid_k = tl.program_id(0), tl.program_id(1)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    k_tiles = tl.maximum(tl.cdiv(K, BLOCK_K), 1)
+    pid_m, pid_k = tl.program_id(0) // k_tiles, tl.program_id(0) % k_tiles
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-    row_ok, col_ok = rows < M, cols < K
-    mask = row_ok[:, None] & col_ok[None, :]
-    raw = tl.load(x_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :], mask=mask, other=0)
-    _, bits = float32_bits(raw, INPUT)
-    value = bits.to(tl.float32, bitcast=True)
-    magnitude = tl.where(value == value, tl.abs(value), 0.0)  # NaN ignored; missing elements are 0
-
-    if TWO_D:  # one scale for the tile; the columnwise copy is the transpose of the rowwise one
-        scale = scale_from_amax(tl.max(tl.max(magnitude, axis=1), axis=0), FP8_MAX, POW2, EPSILON, VALUE_FOR_INF)
-        inverse = reciprocal(scale, POW2)
-        code = fp8_code(
-            (value * scale).to(tl.int32, bitcast=True), MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, LEAN
-        )
-        code = code.to(tl.uint8)
-        if ROWWISE:
-            tl.store(data_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :], code, mask=mask)
-            tl.store(scale_inv_ptr + pid_m * SCALE_STRIDE + pid_k, inverse)
-        if COLWISE:
-            tl.store(
-                columnwise_ptr + cols.to(tl.int64)[:, None] * M + rows[None, :], tl.trans(code), mask=tl.trans(mask)
-            )
-            tl.store(columnwise_scale_inv_ptr + pid_k * COLUMNWISE_SCALE_STRIDE + pid_m, inverse)
+    if not (TWO_D or COLWISE):  # rowwise 1x128 alone: one pass over BLOCK_M rows, one block of each
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        value, mask = _load_rows(x_ptr, rows, cols, M, K, INPUT)
+        scale = scale_from_amax(tl.max(_magnitude(value), axis=1), epsilon, value_for_inf, FP8_MAX, MAX_BITS, POW2)
+        code = fp8_code(value * scale[:, None], MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
+        tl.store(data_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :], code, mask=mask)
+        tl.store(scale_inv_ptr + pid_k * SCALE_STRIDE + rows, reciprocal(scale, POW2), mask=rows < M)
     else:
-        if ROWWISE:  # 1x128 blocks: the tile's columns are one block of every row
-            scale = scale_from_amax(tl.max(magnitude, axis=1), FP8_MAX, POW2, EPSILON, VALUE_FOR_INF)
-            code = fp8_code(
-                (value * scale[:, None]).to(tl.int32, bitcast=True),
-                MANTISSA_BITS,
-                BIAS,
-                MAX_CODE,
-                MAX_BITS,
-                MAGIC,
-                LEAN,
-            )
-            tl.store(data_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :], code.to(tl.uint8), mask=mask)
-            tl.store(scale_inv_ptr + pid_k * SCALE_STRIDE + rows, reciprocal(scale, POW2), mask=row_ok)
-        if COLWISE:  # 128x1 blocks: the tile's rows are one block of every column, stored transposed
-            scale = scale_from_amax(tl.max(magnitude, axis=0), FP8_MAX, POW2, EPSILON, VALUE_FOR_INF)
-            code = fp8_code(
-                (value * scale[None, :]).to(tl.int32, bitcast=True),
-                MANTISSA_BITS,
-                BIAS,
-                MAX_CODE,
-                MAX_BITS,
-                MAGIC,
-                LEAN,
-            )
-            code_t = tl.trans(code.to(tl.uint8))
-            tl.store(columnwise_ptr + cols.to(tl.int64)[:, None] * M + rows[None, :], code_t, mask=tl.trans(mask))
-            tl.store(
-                columnwise_scale_inv_ptr + pid_m * COLUMNWISE_SCALE_STRIDE + cols, reciprocal(scale, POW2), mask=col_ok
-            )
+        # Column blocks span the program's 128 rows: pass 1 reads them BLOCK_M at a time for the column (or
+        # tile) amax, casting the rowwise 1x128 blocks on the way; pass 2 reads them again (from L2) and casts
+        # with the column (or tile) scale.  Reading in chunks keeps registers low, so that many programs
+        # share an SM and hide the memory latency.
+        top = pid_m * 128
+        running = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)
+        for start in range(0, 128, BLOCK_M):
+            rows = top + start + tl.arange(0, BLOCK_M)
+            value, mask = _load_rows(x_ptr, rows, cols, M, K, INPUT)
+            magnitude = _magnitude(value)
+            running = tl.maximum(running, magnitude)
+            if ROWWISE and not TWO_D:  # 1x128 both: the rows' blocks now
+                row_scale = scale_from_amax(tl.max(magnitude, axis=1), epsilon, value_for_inf, FP8_MAX, MAX_BITS, POW2)
+                code = fp8_code(value * row_scale[:, None], MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
+                tl.store(data_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :], code, mask=mask)
+                tl.store(scale_inv_ptr + pid_k * SCALE_STRIDE + rows, reciprocal(row_scale, POW2), mask=rows < M)
+        amax = tl.max(running, axis=0)
+        if TWO_D:  # one scale for the tile
+            amax = tl.max(amax, axis=0)
+        scale = scale_from_amax(amax, epsilon, value_for_inf, FP8_MAX, MAX_BITS, POW2)
+        for start in range(0, 128, BLOCK_M):
+            rows = top + start + tl.arange(0, BLOCK_M)
+            value, mask = _load_rows(x_ptr, rows, cols, M, K, INPUT)
+            if TWO_D:
+                code = fp8_code(value * scale, MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
+                if ROWWISE:
+                    tl.store(data_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :], code, mask=mask)
+            else:
+                code = fp8_code(value * scale[None, :], MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
+            if COLWISE:  # stored transposed: the column blocks run along the rows of columnwise_data
+                tl.store(
+                    columnwise_ptr + cols.to(tl.int64)[:, None] * M + rows[None, :],
+                    tl.trans(code),
+                    mask=tl.trans(mask),
+                )
+        inverse = reciprocal(scale, POW2)
+        if TWO_D:
+            if ROWWISE:
+                tl.store(scale_inv_ptr + pid_m * SCALE_STRIDE + pid_k, inverse)
+            if COLWISE:
+                tl.store(columnwise_scale_inv_ptr + pid_k * COLUMNWISE_SCALE_STRIDE + pid_m, inverse)
+        else:
+            tl.store(columnwise_scale_inv_ptr + pid_m * COLUMNWISE_SCALE_STRIDE + cols, inverse, mask=cols < K)
 
 
 # %% Launcher
 
-_ROWWISE_BLOCK_M = 32
-"""Rows per program for rowwise 1x128 alone (32 x 128 elements)."""
-_COLWISE_BLOCK_K = 32
-"""Columns per program for columnwise 1x128 alone (128 x 32 elements)."""
-_NUM_WARPS = 8
+TILES: dict[tuple[str, str], tuple[int, int, int]] = {
+    ("1x128", "rowwise"): (32, 128, 4),
+    ("1x128", "columnwise"): (32, 64, 4),
+    ("1x128", "both"): (128, 128, 8),
+    ("128x128", "rowwise"): (64, 128, 8),
+    ("128x128", "columnwise"): (32, 128, 8),
+    ("128x128", "both"): (64, 128, 8),
+}
+"""(BLOCK_M, BLOCK_K, num_warps) per (block, usage).  A program holds whole blocks: BLOCK_K = 128 where rowwise
+1x128 blocks are cast and for 128x128; where column blocks are cast it spans 128 rows, read BLOCK_M (a divisor
+of 128) at a time."""
 
 
 def _round4(n: int) -> int:
@@ -185,18 +208,17 @@ def scale_shapes(block: str, m: int, k: int) -> tuple[tuple[int, int], tuple[int
     return (mb, _round4(kb)), (kb, _round4(mb))
 
 
-def _triton(x2: torch.Tensor, out: dict[str, torch.Tensor], block: str, usage: str, meta: dict[str, Any]) -> None:
+def _triton(x2: torch.Tensor, out: dict[str, torch.Tensor], block: str, usage: str, rule: dict[str, Any]) -> None:
     m, k = x2.shape
-    two_d, rowwise, colwise = block == "128x128", usage != "columnwise", usage != "rowwise"
-    block_m = TILE if two_d or colwise else _ROWWISE_BLOCK_M
-    block_k = TILE if two_d or rowwise else _COLWISE_BLOCK_K
+    block_m, block_k, num_warps = TILES[block, usage]
+    rows_per_program = block_m if (block, usage) == ("1x128", "rowwise") else TILE
     placeholder = next(iter(out.values()))
     data = out.get("data", placeholder)
     columnwise = out.get("columnwise_data", placeholder)
     scale_inv = out.get("scale_inv", placeholder)
     columnwise_scale_inv = out.get("columnwise_scale_inv", placeholder)
     with quiet_interpreter(x2.device):
-        jitted(_fp8_block_kernel, x2.device)[(triton.cdiv(m, block_m), triton.cdiv(k, block_k))](
+        jit(_fp8_block_kernel)[(triton.cdiv(m, rows_per_program) * triton.cdiv(k, block_k),)](
             x2,
             data,
             scale_inv,
@@ -206,14 +228,18 @@ def _triton(x2: torch.Tensor, out: dict[str, torch.Tensor], block: str, usage: s
             k,
             scale_inv.shape[-1] if "scale_inv" in out else 0,
             columnwise_scale_inv.shape[-1] if "columnwise_scale_inv" in out else 0,
-            **meta,
-            TWO_D=two_d,
-            ROWWISE=rowwise,
-            COLWISE=colwise,
+            rule["epsilon"],
+            rule["value_for_inf"],
+            POW2=rule["power_2_scale"],
+            **FORMAT_META[rule["format"]],
+            CORE=rounding_core(x2.device),
+            TWO_D=block == "128x128",
+            ROWWISE=usage != "columnwise",
+            COLWISE=usage != "rowwise",
             INPUT=INPUT_IDS[x2.dtype],
             BLOCK_M=block_m,
             BLOCK_K=block_k,
-            num_warps=_NUM_WARPS,
+            num_warps=num_warps,
         )
 
 
@@ -320,20 +346,11 @@ def fp8_block(
     if usage != "rowwise":
         out["columnwise_data"] = torch.empty((k, m), dtype=torch.uint8, device=x.device)
         out["columnwise_scale_inv"] = torch.empty(col_shape, dtype=torch.float32, device=x.device)
-    fmt = FORMATS[format]
-    epsilon = float(torch.tensor(epsilon, dtype=torch.float32))
-    value_for_inf = DTYPE_MAX[dtype_name(x.dtype)]
+    rule = {"format": format, "fp8_max": FORMATS[format].max_value, "power_2_scale": power_2_scale}
+    rule.update(epsilon=float(np.float32(epsilon)), value_for_inf=DTYPE_MAX[dtype_name(x.dtype)])
+    path = selected_path(x.device)  # an unknown QCONFORM_FAST_PATH is refused even for empty x
     if m and k:
-        if selected_path(x.device) == "triton":
-            meta = fmt.meta
-            meta.update(POW2=power_2_scale, EPSILON=epsilon, VALUE_FOR_INF=value_for_inf, LEAN=LEAN_ROUNDING)
-            _triton(x2, out, block, usage, meta)
-        else:
-            rule = {"format": format, "fp8_max": fmt.max_value, "power_2_scale": power_2_scale}
-            rule.update(epsilon=epsilon, value_for_inf=value_for_inf)
-            _torch(x2, out, block, usage, rule)
-    else:
-        selected_path(x.device)  # an unknown QCONFORM_FAST_PATH is refused even for empty x
+        (_triton if path == "triton" else _torch)(x2, out, block, usage, rule)
     shape = tuple(x.shape)
     if "data" in out:
         out["data"] = out["data"].reshape(shape)

@@ -23,46 +23,57 @@ both layouts (the contract leaves them free in ``compact``).
 
 The kernel
 ----------
-One program reads one ``BLOCK_M x BLOCK_K`` tile of ``x`` once and writes everything asked of it: the
-block maxima (an integer max over float32 magnitude bits, so NaN handling is explicit: ``te`` zeroes
-NaN magnitudes first, the torchao variants let them win), the scale bytes, the reciprocal ``2**(127
-- s)`` as float32 bits, the scaled values (one float32 multiply, exact: a power of two), the codes,
-FP4 packing, and the scale bytes at their compact or swizzled offsets; rowwise and columnwise
-outputs come from the same registers.
+One program reads one ``BLOCK_M x BLOCK_K`` tile of ``x`` once (a 2-D load viewed as ``[BLOCK_M, NB, 32]``)
+and writes everything asked of it: block maxima, scale bytes, the reciprocal ``2**(127 - s)`` (float32
+bits), the scaled values (one float32 multiply, exact: a power of two), the codes, FP4 packing, and the
+scale bytes at their compact or swizzled offsets; rowwise and columnwise outputs come from the same
+registers.  The 1-D grid walks the K-tiles of a row band before the next band, so the tiles in flight
+cover whole rows.  Compiled for sm_90, the rowwise bfloat16 kernel has about 7 SASS instructions per
+element for FP8 (23 with the integer rounding it had before, which kept it instruction-bound) and about
+18 for FP6 and FP4.
 
-Codes come from :func:`mx_code`, a rounding core specialised for scaled MX values, with a constant
-shift instead of the general core's per-element one (``fast._triton.round_to_code``, about 26
-integer instructions per element, which keeps a bfloat16 cast at two thirds of the copy bandwidth):
+The work is split so each piece is the cheapest exact form on the GPU, with an integer twin where
+Triton's interpreter cannot run it (``fast._triton.device_modes``; CPU tests check the interpreted
+bodies, ``tests/gpu/test_gpu_mx.py`` the compiled ones, both against ``reference``):
 
-- ``|v| >= 2**(1 - bias)`` (a normal code): rebias the float32 bits in place and round away the
-  ``23 - m`` low mantissa bits to nearest even, ``(b - ((127 - bias) << 23) + 2**(22 - m) - 1 +
-  odd) >> (23 - m)``; a carry moves into the exponent, and overflow counts on past the largest
-  code, so ``min(code, max_code)`` saturates (Inf included);
-- ``|v| < 2**(1 - bias)`` (a subnormal code): ``t = |v| + 2**(24 - bias - m)``, a float32 add whose
-  result's last place is the subnormal step ``2**(1 - bias - m)``: IEEE rounds the exact ``|v|`` to
-  nearest even once, and ``bits(t) - bits(2**(24 - bias - m))`` is the code (reaching the smallest
-  normal code when it rounds up);
-- the sign comes from the input's own bits; NaN is the kernel's business, from the input: under ``te``
-  a NaN element gives ``NAN_CODE`` whatever its sign (the canonical NaN's code, as on the GPU), under the
-  torchao edges its whole block has scale 0xFF and codes 0.
+- block maxima (:func:`_block_amax`): ``max.f32`` of ``|x|`` (``te``: a NaN loses, an all-NaN block
+  gives 0) or ``max.NaN.f32`` (torchao: NaN wins); interpreted, an integer max of magnitude bits;
+- scale bytes (:func:`mx_scale_byte`): integer arithmetic on the amax bits, once per block; ``rceil``
+  rounds ``d = amax * fl32(1 / max)`` up to a power of two as ``min((b + 0x7FFFFF) >> 23, (b - 1) >>
+  22)`` of its bits (the second term handles subnormal ``d``), which also saturates Inf to 254;
+- FP8 codes: ``fast._triton.fp8_code``, the hardware ``cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32`` (two
+  elements per instruction; a NaN element, scaled to the canonical positive NaN by the multiply,
+  gives 0x7F);
+- FP6/FP4 codes (:func:`mx_code`): clamp to ``+-max`` with ``min``/``max.f32`` (NaN -> +max), then
+  one float32 add of ``2**(e + 23 - m)`` -- ``e`` the exponent of ``|v|``'s binade, at least the
+  smallest normal's -- whose last place is the code step there: IEEE rounds ``|v|`` to nearest even
+  once, and the code is the number of steps above the addend plus ``(e - e_min) << m``, the sign
+  or-ed in.  Interpreted, the integer rounding: ``(b - ((127 - bias) << 23) + 2**(22 - m) - 1 + odd)
+  >> (23 - m)`` for normal codes and a float32 add of ``2**(24 - bias - m)`` for subnormal ones;
+- the torchao edges: a block of scale 0xFF gets codes 0 (one select per element).
 
-Both branches round the exact value of ``v`` exactly once, so the codes equal ``cast.fp8`` /
-``cast.fp6`` / ``cast.fp4`` of ``v`` for every non-NaN input (``tests/fast/test_fast_mx.py`` checks
-every bfloat16 value and random float32 ones against ``reference.cast``, in the interpreter;
-``tests/gpu/test_gpu_mx.py`` compiled).
+Launch
+------
+Triton's ``JITFunction`` binds ~35 arguments and looks up its cache on every call, which costs about as
+much host time as the kernel takes on an H100 (a first sweep measured ~95 us per call in all), so a
+stream of calls would be host-bound.  The first call of each plan, dtype, device and tile override
+goes through it (and the autotuner, over :func:`_autotune_configs`); later ones launch the returned
+``CompiledKernel`` bound to its grid directly (``_LAUNCHES``).  The interpreter takes the first path
+always.
 
 Paths
 -----
 ``QCONFORM_FAST_PATH`` chooses per call, as in ``fast/cast.py``: ``auto`` (the kernel for CUDA
-tensors when Triton is importable, else torch), ``triton`` (always; CPU tensors need
-``TRITON_INTERPRET=1``), ``torch``.  The torch path composes ``fast.cast``, ``fast.pack`` and
-``fast.layout`` with the scale arithmetic in torch integer ops.  This module imports without Triton
-and queries no device at import time.
+tensors when Triton is importable -- for FP8 on GPUs with the FP8 conversion, compute capability 8.9+
+-- else torch), ``triton`` (always; CPU tensors need ``TRITON_INTERPRET=1``), ``torch``.  The torch
+path composes ``fast.cast``, ``fast.pack`` and ``fast.layout`` with the scale arithmetic in torch
+integer ops.  This module imports without Triton and queries no device at import time.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from typing import Any, NamedTuple
 
@@ -71,7 +82,7 @@ import torch
 import fast.cast
 import fast.layout
 import fast.pack
-from fast._triton import device, float32_bits, jit, tl, triton
+from fast._triton import device, device_modes, fp8_code, jit, tl, triton
 from fast.layout import swizzled_offset
 
 __all__ = [
@@ -120,6 +131,11 @@ class _Format(NamedTuple):
     def nan_code(self) -> int:
         """Code of a NaN element: FP8 ``0x7F`` (all magnitude bits), FP6/FP4 (no NaN) ``+max``."""
         return (1 << (self.bits - 1)) - 1 if self.bits == 8 else self.max_code
+
+    @property
+    def fp8(self) -> int:
+        """The kernel's ``FP8``: 1 E4M3FN, 2 E5M2 (the hardware conversion), 0 FP6 and FP4 (:func:`mx_code`)."""
+        return 0 if self.bits != 8 else 1 if self.mantissa_bits == 3 else 2
 
     @property
     def reciprocal_of_max(self) -> float:
@@ -187,10 +203,11 @@ def mx_scale_byte(
     if RULE == 3:
         value = amax.to(tl.float32, bitcast=True)
         descale = tl.math.div_rn(value, RCEIL_OPERAND) if RCEIL_DIVIDE else value * RCEIL_OPERAND
-        bits = descale.to(tl.int32, bitcast=True) & 0x7FFFFFFF
-        exponent = bits >> 23
-        mantissa = bits & 0x7FFFFF
-        byte = exponent + tl.where(exponent == 0, mantissa > 0x400000, mantissa != 0).to(tl.int32)
+        bits = descale.to(tl.int32, bitcast=True)  # not negative: amax is not (a NaN's byte is set below)
+        # Rounded up to a power of two: E + (M != 0) for a normal d; a subnormal d rounds to 2**-126 (byte 1) only
+        # above 2**-127 (M > 0x400000).  (bits - 1) >> 22 is 0 up to 0x400000, 1 below 0x800000 and never below
+        # the first term for a normal d, so the minimum covers both.  An infinite d gives 255, clamped to 254.
+        byte = tl.minimum((bits + 0x7FFFFF) >> 23, (bits - 1) >> 22)
     else:
         finite = tl.minimum(amax, 0x7F800000)  # NaN patterns are overridden below; keep the add in range
         if RULE == 2:
@@ -201,7 +218,8 @@ def mx_scale_byte(
         byte = exponent - EMAX
     byte = tl.minimum(tl.maximum(byte, 0), 254)
     if EDGES == 0:
-        byte = tl.where(amax == 0x7F800000, 254, byte)
+        if RULE != 3:  # rceil saturates an infinite amax to 254 above
+            byte = tl.where(amax == 0x7F800000, 254, byte)
     elif EDGES == 1:
         byte = tl.where(amax >= 0x7F800000, 255, byte)
     else:
@@ -211,36 +229,65 @@ def mx_scale_byte(
 
 @device
 def mx_reciprocal(byte, ZERO_BITS: tl.constexpr):
-    """float32 ``2**(127 - s)`` of scale bytes: 254 -> ``2**-127`` (subnormal), 0 -> ``ZERO_BITS``, 255 -> NaN."""
-    bits = tl.where(byte == 254, 0x00400000, (254 - byte) << 23)
-    bits = tl.where(byte == 0, ZERO_BITS, bits)
-    bits = tl.where(byte == 255, 0x7FC00000, bits)
+    """float32 ``2**(127 - s)`` of scale bytes 0..254: 254 -> ``2**-127`` (subnormal), 0 -> ``ZERO_BITS``.
+
+    Byte 255 (NaN) gives ``2**-127``: the codes of such blocks are the caller's (the kernel writes 0).
+    """
+    bits = tl.maximum((254 - byte) << 23, 0x00400000)
+    if ZERO_BITS != 254 << 23:  # torchao 0.18
+        bits = tl.where(byte == 0, ZERO_BITS, bits)
     return bits.to(tl.float32, bitcast=True)
 
 
 @device
-def mx_code(
+def _mx_code_interpreted(
     scaled,
-    signed,
     MANTISSA_BITS: tl.constexpr,
     BIAS: tl.constexpr,
     MAX_CODE: tl.constexpr,
+    MAX_VALUE: tl.constexpr,
     SIGN_SHIFT: tl.constexpr,
     SIGN_MASK: tl.constexpr,
     SUBNORMAL_ADDEND: tl.constexpr,
 ):
-    """Saturating RNE code of float32 ``scaled`` (sign from ``signed``'s bit 31); see the module docstring.
-
-    NaN is the caller's: it knows NaN from the input (the scale multiplier is never NaN where NaN elements are
-    kept), which saves a comparison per element.
-    """
-    magnitude = scaled.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+    """:func:`mx_code` in integer arithmetic with one float32 add for subnormal codes (module docstring)."""
+    bits = scaled.to(tl.int32, bitcast=True)
+    magnitude = bits & 0x7FFFFFFF
     shift: tl.constexpr = 23 - MANTISSA_BITS
     normal = (magnitude + (((1 << (shift - 1)) - 1) - ((127 - BIAS) << 23)) + ((magnitude >> shift) & 1)) >> shift
     rounded = magnitude.to(tl.float32, bitcast=True) + SUBNORMAL_ADDEND
     subnormal = rounded.to(tl.int32, bitcast=True) - ((151 - BIAS - MANTISSA_BITS) << 23)  # bits of the addend
     code = tl.minimum(tl.where(magnitude < ((128 - BIAS) << 23), subnormal, normal), MAX_CODE)
-    return code | ((signed >> SIGN_SHIFT) & SIGN_MASK)
+    return tl.where(magnitude > 0x7F800000, MAX_CODE, code | ((bits >> SIGN_SHIFT) & SIGN_MASK))
+
+
+@device_modes(interpreted=_mx_code_interpreted)
+def mx_code(
+    scaled,
+    MANTISSA_BITS: tl.constexpr,
+    BIAS: tl.constexpr,
+    MAX_CODE: tl.constexpr,
+    MAX_VALUE: tl.constexpr,
+    SIGN_SHIFT: tl.constexpr,
+    SIGN_MASK: tl.constexpr,
+    SUBNORMAL_ADDEND: tl.constexpr,
+):
+    """int32 saturating round-to-nearest-even code of float32 ``scaled`` in an element format with MANTISSA_BITS,
+    BIAS, largest code MAX_CODE of value MAX_VALUE and its sign bit at SIGN_MASK; NaN gives ``MAX_CODE`` (+max).
+
+    Compiled (module docstring): a clamp to +-MAX_VALUE that takes NaN to +MAX_VALUE (two ``min``/``max.f32``),
+    then one float32 add of ``2**(e + 23 - m)`` -- ``e`` the exponent of ``|v|``'s binade, at least the smallest
+    normal's -- whose last place is the code step there, so IEEE rounds ``|v|`` to nearest even once; the code
+    is the number of steps plus the binade's first code.  Interpreted: :func:`_mx_code_interpreted`.
+    """
+    clamped = tl.maximum(tl.minimum(scaled, MAX_VALUE), -MAX_VALUE)
+    bits = clamped.to(tl.int32, bitcast=True)
+    exponent = tl.maximum(bits & 0x7F800000, (128 - BIAS) << 23)
+    step = exponent + ((23 - MANTISSA_BITS) << 23)
+    rounded = tl.abs(clamped) + step.to(tl.float32, bitcast=True)
+    first = (exponent >> (23 - MANTISSA_BITS)) - ((128 - BIAS) << MANTISSA_BITS)  # (e - e_min) << m
+    code = rounded.to(tl.int32, bitcast=True) - step + first
+    return code | ((bits >> SIGN_SHIFT) & SIGN_MASK)
 
 
 @device
@@ -254,60 +301,116 @@ def _amax(magnitude, AXIS: tl.constexpr):
 
 
 @device
+def _max_ignoring_nan(a, b):
+    """``max.f32``: a NaN operand loses (C ``fmaxf``, TransformerEngine's amax)."""
+    return tl.maximum(a, b)
+
+
+@device
+def _max_propagating_nan(a, b):
+    """``max.NaN.f32``: a NaN operand wins (``torch.amax``, torchao's amax)."""
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@device
+def _block_amax_interpreted(value, AXIS: tl.constexpr, EDGES: tl.constexpr):
+    """:func:`_block_amax` as an integer max over float32 magnitude bits (NumPy's nanmax, the interpreter's float
+    max, mishandles signalling NaNs); ``te`` zeroes NaN magnitudes first."""
+    magnitude = value.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+    if EDGES == 0:
+        magnitude = tl.where(magnitude > 0x7F800000, 0, magnitude)
+    if AXIS == 3:
+        return _amax(_amax(magnitude, 2), 0)
+    return _amax(magnitude, AXIS)
+
+
+@device_modes(interpreted=_block_amax_interpreted)
+def _block_amax(value, AXIS: tl.constexpr, EDGES: tl.constexpr):
+    """int32 float32 bits of the block maxima of ``|value|`` (``[BM, NB, 32]``) along AXIS 0 or 2, or 3 (axis 2,
+    then 0: 32x32 tiles).
+
+    ``te`` (EDGES 0): NaN never wins and an all-NaN block has amax 0; the torchao edges: NaN wins (its bits then
+    exceed Inf's).  Compiled, one ``max.f32`` / ``max.NaN.f32`` per element with ``|x|`` as a free operand
+    modifier.
+    """
+    magnitude = tl.abs(value)
+    if EDGES == 0:
+        if AXIS == 3:
+            amax = tl.reduce(tl.reduce(magnitude, 2, _max_ignoring_nan), 0, _max_ignoring_nan)
+        else:
+            amax = tl.reduce(magnitude, AXIS, _max_ignoring_nan)
+        amax = tl.maximum(amax, 0.0)  # fmaxf(NaN, 0) = 0
+    elif AXIS == 3:
+        amax = tl.reduce(tl.reduce(magnitude, 2, _max_propagating_nan), 0, _max_propagating_nan)
+    else:
+        amax = tl.reduce(magnitude, AXIS, _max_propagating_nan)
+    return amax.to(tl.int32, bitcast=True)
+
+
+@device
 def _block_codes(
     value,
-    sign,
-    is_nan,
     scale,
     ZERO_BITS: tl.constexpr,
+    FP8: tl.constexpr,
     MANTISSA_BITS: tl.constexpr,
     BIAS: tl.constexpr,
     MAX_CODE: tl.constexpr,
-    NAN_CODE: tl.constexpr,
+    MAX_VALUE: tl.constexpr,
     SIGN_SHIFT: tl.constexpr,
     SIGN_MASK: tl.constexpr,
     SUBNORMAL_ADDEND: tl.constexpr,
     EDGES: tl.constexpr,
 ):
-    """Codes of ``value`` under the (broadcast) scale bytes ``scale``.
+    """Codes of float32 ``value`` under the (broadcast) scale bytes ``scale``.
 
-    ``te`` (EDGES 0): no scale is 255, and NaN elements (``is_nan``: an all-ones integer mask, from the input)
-    give ``NAN_CODE``.  The torchao edges: every NaN sits in a block of scale 255, whose codes are 0.  Each edge
-    needs one select only.
+    FP8 (1 E4M3FN, 2 E5M2): :func:`fast._triton.fp8_code` of the scaled values -- the hardware conversion when
+    compiled; a NaN element is scaled to the canonical (positive) NaN by the multiply and gives ``0x7F``.  FP6 and
+    FP4 (FP8 0): :func:`mx_code`, where NaN gives +max.  The torchao edges: every NaN sits in a block of scale 255,
+    whose codes are 0.
     """
     scaled = value * mx_reciprocal(scale, ZERO_BITS)
-    codes = mx_code(scaled, sign, MANTISSA_BITS, BIAS, MAX_CODE, SIGN_SHIFT, SIGN_MASK, SUBNORMAL_ADDEND)
-    # te: one LOP3 puts the NaN code where the mask is set
-    return (codes & ~is_nan) | (is_nan & NAN_CODE) if EDGES == 0 else tl.where(scale == 255, 0, codes)
+    if FP8:
+        codes = fp8_code(scaled, FP8 == 2)
+    else:
+        codes = mx_code(scaled, MANTISSA_BITS, BIAS, MAX_CODE, MAX_VALUE, SIGN_SHIFT, SIGN_MASK, SUBNORMAL_ADDEND)
+    if EDGES != 0:
+        codes = tl.where(scale == 255, 0, codes)
+    return codes
 
 
 @device
-def _store_data(codes, data_ptr, row, col, row_stride, rows, cols, PACK: tl.constexpr, EVEN: tl.constexpr):
-    """Store int32 codes ``[BM, NB, 32]`` of rows ``row [BM]`` and columns ``col [NB, 32]`` (FP4: packed pairs);
-    ``EVEN``: the tile lies inside the matrix, no masks."""
+def _store_data(codes, data_ptr, row, tile_k, row_stride, rows, cols, PACK: tl.constexpr, EVEN: tl.constexpr):
+    """Store the codes ``[BM, NB, 32]`` (int32 or uint8) of rows ``row [BM]`` and the ``NB * 32`` columns of K-tile
+    ``tile_k`` (FP4: packed pairs) as a 2-D ``[BM, NB * 32]`` tile; ``EVEN``: the tile lies inside the matrix."""
     BM: tl.constexpr = codes.shape[0]
     NB: tl.constexpr = codes.shape[1]
-    row_base = row.to(tl.int64)[:, None, None] * row_stride
-    row_ok = row[:, None, None] < rows
+    row_base = row.to(tl.int64)[:, None] * row_stride
+    row_ok = row[:, None] < rows
     if PACK:
-        low, high = tl.split(tl.reshape(codes, [BM, NB, 16, 2]))
-        pair = tl.program_id(1) * (NB * 16) + tl.arange(0, NB)[:, None] * 16 + tl.arange(0, 16)[None, :]
+        low, high = tl.split(tl.reshape(codes, [BM, NB * 16, 2]))
+        # 4 bytes per thread, as the codes are laid out (Triton would otherwise regroup them through shared memory)
+        pair = tl.max_contiguous(tile_k * (NB * 16) + tl.arange(0, NB * 16), 4)
         packed = (low | (high << 4)).to(tl.uint8)
         if EVEN:
-            tl.store(data_ptr + row_base + pair[None, :, :], packed)
+            tl.store(data_ptr + row_base + pair[None, :], packed)
         else:
-            tl.store(data_ptr + row_base + pair[None, :, :], packed, mask=row_ok & (pair[None, :, :] < cols // 2))
-    elif EVEN:
-        tl.store(data_ptr + row_base + col[None, :, :], codes.to(tl.uint8))
+            tl.store(data_ptr + row_base + pair[None, :], packed, mask=row_ok & (pair[None, :] < cols // 2))
     else:
-        tl.store(data_ptr + row_base + col[None, :, :], codes.to(tl.uint8), mask=row_ok & (col[None, :, :] < cols))
+        flat = tile_k * (NB * 32) + tl.arange(0, NB * 32)
+        codes = tl.reshape(codes, [BM, NB * 32]).to(tl.uint8)
+        if EVEN:
+            tl.store(data_ptr + row_base + flat[None, :], codes)
+        else:
+            tl.store(data_ptr + row_base + flat[None, :], codes, mask=row_ok & (flat[None, :] < cols))
 
 
 @device
-def _store_row_scales(scale, scale_ptr, row, stride, rows, cols, SWIZZLED: tl.constexpr, EVEN: tl.constexpr):
-    """Rowwise scale bytes ``[BM, NB]`` of rows ``row``: compact row-major, or swizzled (``stride`` = tiles across)."""
+def _store_row_scales(scale, scale_ptr, row, tile_k, stride, rows, cols, SWIZZLED: tl.constexpr, EVEN: tl.constexpr):
+    """Rowwise scale bytes ``[BM, NB]`` of rows ``row`` and K-tile ``tile_k``: compact row-major, or swizzled
+    (``stride`` = tiles across)."""
     NB: tl.constexpr = scale.shape[1]
-    blocks = tl.program_id(1) * NB + tl.arange(0, NB)
+    blocks = tile_k * NB + tl.arange(0, NB)
     mask = (row[:, None] < rows) & (blocks[None, :] < cols // 32)
     if SWIZZLED:
         offsets = swizzled_offset(row[:, None], blocks[None, :], stride)
@@ -320,10 +423,9 @@ def _store_row_scales(scale, scale_ptr, row, stride, rows, cols, SWIZZLED: tl.co
 
 
 @device
-def _store_col_scales(scale, scale_ptr, col, stride, cols, SWIZZLED: tl.constexpr, EVEN: tl.constexpr):
-    """Columnwise scale bytes ``[NB, 32]`` of columns ``col`` for this program's 32 rows (M-block ``program_id(0)``):
-    compact ``[M / 32, K]``, or swizzled as the transpose ``[K, M / 32]`` (``stride`` = its tiles across)."""
-    block = tl.program_id(0)
+def _store_col_scales(scale, scale_ptr, col, block, stride, cols, SWIZZLED: tl.constexpr, EVEN: tl.constexpr):
+    """Columnwise scale bytes ``[NB, 32]`` of columns ``col`` for rows ``32 * block`` to ``32 * block + 31``: compact
+    ``[M / 32, K]``, or swizzled as the transpose ``[K, M / 32]`` (``stride`` = its tiles across)."""
     offsets = swizzled_offset(col, block, stride) if SWIZZLED else block * stride + col
     if EVEN:
         tl.store(scale_ptr + offsets, scale.to(tl.uint8))
@@ -347,11 +449,12 @@ def _mx_kernel(
     data_stride,
     row_scale_stride,
     col_scale_stride,
-    # element format
+    # element format (FP8: 0 FP6/FP4, 1 E4M3FN, 2 E5M2)
+    FP8: tl.constexpr,
     MANTISSA_BITS: tl.constexpr,
     BIAS: tl.constexpr,
     MAX_CODE: tl.constexpr,
-    NAN_CODE: tl.constexpr,
+    MAX_VALUE: tl.constexpr,
     SIGN_SHIFT: tl.constexpr,
     SIGN_MASK: tl.constexpr,
     SUBNORMAL_ADDEND: tl.constexpr,
@@ -376,97 +479,88 @@ def _mx_kernel(
     BLOCK_K: tl.constexpr,
     EVEN: tl.constexpr,
 ):
-    # The tile is read as [BLOCK_M, NB, 32]: the last axis is one rowwise block (contiguous in memory, so the
-    # loads vectorize), axis 0 runs down a columnwise block, and no reshape of a 2-D tile is needed.
+    # The tile is read as a 2-D [BLOCK_M, BLOCK_K] block (Triton then lays it out with a warp across whole rows:
+    # coalesced, and few lanes along a column) and viewed as [BLOCK_M, NB, 32]: the last axis is one rowwise block,
+    # axis 0 runs down a columnwise block.
     NB: tl.constexpr = BLOCK_K // 32
-    row = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    col = tl.program_id(1) * BLOCK_K + tl.arange(0, NB)[:, None] * 32 + tl.arange(0, 32)[None, :]
-    x_ptrs = x_ptr + row.to(tl.int64)[:, None, None] * cols + col[None, :, :]
-    if EVEN:
-        raw = tl.load(x_ptrs)
+    # A 1-D grid, K-tiles first: consecutive programs take consecutive K-tiles of the same rows, so the tiles in
+    # flight cover whole rows (DRAM pages) rather than a column stripe of every row.
+    tiles_k = tl.cdiv(cols, BLOCK_K)
+    tile_m = tl.program_id(0) // tiles_k
+    tile_k = tl.program_id(0) - tile_m * tiles_k
+    row = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    col = tile_k * BLOCK_K + tl.arange(0, NB)[:, None] * 32 + tl.arange(0, 32)[None, :]
+    flat = tile_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    x_ptrs = x_ptr + row.to(tl.int64)[:, None] * cols + flat[None, :]
+    in_range = (row[:, None] < rows) & (flat[None, :] < cols)
+    raw = tl.reshape(tl.load(x_ptrs) if EVEN else tl.load(x_ptrs, mask=in_range, other=0.0), [BLOCK_M, NB, 32])
+    if INPUT == 1:  # bfloat16: a 16-bit shift, exact (the interpreter's .to(tl.float32) flushes subnormals)
+        value = (raw.to(tl.uint16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
     else:
-        raw = tl.load(x_ptrs, mask=(row[:, None, None] < rows) & (col[None, :, :] < cols), other=0.0)
-    if INPUT == 1:  # bfloat16: a 16-bit shift, exact (the sign stays in bit 31)
-        bits = raw.to(tl.uint16, bitcast=True).to(tl.int32) << 16
-        sign = bits
-    else:
-        signed, bits = float32_bits(raw, INPUT)
-        sign = signed if INPUT == 2 else bits  # float16 widening may drop a NaN's sign
-    value = bits.to(tl.float32, bitcast=True)
-    # Block maxima are integer maxima over magnitude bits (the order of non-negative floats), so NaN handling is
-    # explicit: te zeroes NaN magnitudes first (fmaxf from 0 never lets NaN win), torchao lets them win.  A float
-    # max would do te's in one instruction, but NumPy's nanmax (the interpreter's) mishandles signalling NaNs.
-    magnitude = bits & 0x7FFFFFFF
-    # All ones where the element is NaN, as an integer mask (not a predicate the compiler would spill):
-    # 0x7F800000 - magnitude is negative exactly for NaN patterns, and the arithmetic shift spreads the sign.
-    is_nan = (0x7F800000 - magnitude) >> 31
-    if EDGES == 0:
-        magnitude = magnitude & ~is_nan
-
+        value = raw.to(tl.float32)  # exact
     if TWO_D:  # one 32x32 tile per block of NB (BLOCK_M == 32)
-        scale = mx_scale_byte(_amax(_amax(magnitude, 2), 0), EMAX, EVEN_ADD, RULE, EDGES, RCEIL_OPERAND, RCEIL_DIVIDE)
+        scale = mx_scale_byte(_block_amax(value, 3, EDGES), EMAX, EVEN_ADD, RULE, EDGES, RCEIL_OPERAND, RCEIL_DIVIDE)
         codes = _block_codes(
             value,
-            sign,
-            is_nan,
             scale[None, :, None],
             ZERO_BITS,
+            FP8,
             MANTISSA_BITS,
             BIAS,
             MAX_CODE,
-            NAN_CODE,
+            MAX_VALUE,
             SIGN_SHIFT,
             SIGN_MASK,
             SUBNORMAL_ADDEND,
             EDGES,
         )
         if ROWWISE:
-            _store_data(codes, row_data_ptr, row, col, data_stride, rows, cols, PACK, EVEN)
+            _store_data(codes, row_data_ptr, row, tile_k, data_stride, rows, cols, PACK, EVEN)
             row_scale = tl.broadcast_to(scale[None, :], [BLOCK_M, NB])
-            _store_row_scales(row_scale, row_scale_ptr, row, row_scale_stride, rows, cols, SWIZZLED, EVEN)
+            _store_row_scales(row_scale, row_scale_ptr, row, tile_k, row_scale_stride, rows, cols, SWIZZLED, EVEN)
         if COLUMNWISE:
-            _store_data(codes, col_data_ptr, row, col, data_stride, rows, cols, PACK, EVEN)
+            _store_data(codes, col_data_ptr, row, tile_k, data_stride, rows, cols, PACK, EVEN)
             col_scale = tl.broadcast_to(scale[:, None], [NB, 32])
-            _store_col_scales(col_scale, col_scale_ptr, col, col_scale_stride, cols, SWIZZLED, EVEN)
+            _store_col_scales(col_scale, col_scale_ptr, col, tile_m, col_scale_stride, cols, SWIZZLED, EVEN)
     else:
         if ROWWISE:  # 1x32 blocks: the last axis
-            scale = mx_scale_byte(_amax(magnitude, 2), EMAX, EVEN_ADD, RULE, EDGES, RCEIL_OPERAND, RCEIL_DIVIDE)
+            amax = _block_amax(value, 2, EDGES)
+            scale = mx_scale_byte(amax, EMAX, EVEN_ADD, RULE, EDGES, RCEIL_OPERAND, RCEIL_DIVIDE)
             codes = _block_codes(
                 value,
-                sign,
-                is_nan,
                 scale[:, :, None],
                 ZERO_BITS,
+                FP8,
                 MANTISSA_BITS,
                 BIAS,
                 MAX_CODE,
-                NAN_CODE,
+                MAX_VALUE,
                 SIGN_SHIFT,
                 SIGN_MASK,
                 SUBNORMAL_ADDEND,
                 EDGES,
             )
-            _store_data(codes, row_data_ptr, row, col, data_stride, rows, cols, PACK, EVEN)
-            _store_row_scales(scale, row_scale_ptr, row, row_scale_stride, rows, cols, SWIZZLED, EVEN)
+            _store_data(codes, row_data_ptr, row, tile_k, data_stride, rows, cols, PACK, EVEN)
+            _store_row_scales(scale, row_scale_ptr, row, tile_k, row_scale_stride, rows, cols, SWIZZLED, EVEN)
         if COLUMNWISE:  # 32x1 blocks: axis 0 (BLOCK_M == 32)
-            scale = mx_scale_byte(_amax(magnitude, 0), EMAX, EVEN_ADD, RULE, EDGES, RCEIL_OPERAND, RCEIL_DIVIDE)
+            amax = _block_amax(value, 0, EDGES)
+            scale = mx_scale_byte(amax, EMAX, EVEN_ADD, RULE, EDGES, RCEIL_OPERAND, RCEIL_DIVIDE)
             codes = _block_codes(
                 value,
-                sign,
-                is_nan,
                 scale[None, :, :],
                 ZERO_BITS,
+                FP8,
                 MANTISSA_BITS,
                 BIAS,
                 MAX_CODE,
-                NAN_CODE,
+                MAX_VALUE,
                 SIGN_SHIFT,
                 SIGN_MASK,
                 SUBNORMAL_ADDEND,
                 EDGES,
             )
-            _store_data(codes, col_data_ptr, row, col, data_stride, rows, cols, PACK, EVEN)
-            _store_col_scales(scale, col_scale_ptr, col, col_scale_stride, cols, SWIZZLED, EVEN)
+            _store_data(codes, col_data_ptr, row, tile_k, data_stride, rows, cols, PACK, EVEN)
+            _store_col_scales(scale, col_scale_ptr, col, tile_m, col_scale_stride, cols, SWIZZLED, EVEN)
 
 
 # %% Tile configurations
@@ -480,17 +574,14 @@ class _Tile(NamedTuple):
 
 def _autotune_configs(rows_of_32: bool) -> list[_Tile]:
     """Tiles tried on CUDA (the first is also the interpreter's): ``rows_of_32`` when columnwise or 2d blocks
-    fix ``BLOCK_M = 32``; rowwise-only tiles may take more or fewer rows.  ``BLOCK_K`` is a power of two >= 32."""
+    fix ``BLOCK_M = 32``; rowwise-only tiles may take more or fewer rows.  ``BLOCK_K`` is a power of two >= 32.
+
+    Beside the general tiles, the fastest of a first H100 sweep of the kernel-bound cases (``scripts/diag_mx.py``,
+    before the grid walked K-tiles first): 32x256x4 for columnwise and both, 32x64x2 for 2d, 8x512x4 for FP4.
+    """
     if rows_of_32:
-        return [_Tile(32, 256, 8), _Tile(32, 128, 4), _Tile(32, 128, 8), _Tile(32, 512, 8), _Tile(32, 64, 4)]
-    return [
-        _Tile(32, 256, 8),
-        _Tile(16, 256, 4),
-        _Tile(32, 128, 4),
-        _Tile(64, 256, 8),
-        _Tile(64, 128, 8),
-        _Tile(128, 64, 8),
-    ]
+        return [_Tile(32, 256, 8), _Tile(32, 256, 4), _Tile(32, 512, 8), _Tile(32, 128, 4), _Tile(32, 64, 2)]
+    return [_Tile(32, 256, 8), _Tile(16, 256, 4), _Tile(32, 128, 4), _Tile(64, 256, 8), _Tile(8, 512, 4)]
 
 
 _TILE_ENV = "QCONFORM_MX_TILE"
@@ -514,15 +605,27 @@ def _tuned_kernel(interpret: str | None, rows_of_32: bool) -> Any:
 # %% Launcher
 
 
-def _launch(x2: torch.Tensor, plan: _Plan, outputs: dict[str, torch.Tensor]) -> None:
-    """Run the kernel over ``x2 [M, K]`` (contiguous) into the allocated ``outputs``."""
+class _Launch(NamedTuple):
+    """A compiled kernel bound to its grid (``CompiledKernel[grid]``) and the kernel's constexpr arguments, which
+    its launcher takes, in signature order, after the runtime ones."""
+
+    runner: Any
+    constants: tuple[Any, ...]
+
+
+_LAUNCHES: dict[tuple[Any, ...], _Launch] = {}
+"""Compiled launches by plan, input dtype, device and tile override: the first call of each goes through Triton's
+``JITFunction`` (and autotuner), whose per-call argument binding and cache lookup cost about as much host time as
+the kernel takes on an H100; later calls launch the compiled kernel directly."""
+_LAUNCHES_MAX = 1024
+_RUNTIME_ARGS = 10
+"""The kernel's leading runtime arguments (pointers and sizes); the rest of its signature is constexpr."""
+
+
+def _launch(x: torch.Tensor, plan: _Plan, outputs: dict[str, torch.Tensor]) -> None:
+    """Run the kernel over ``x`` (contiguous, viewed as ``[M, K]``) into the allocated ``outputs``."""
     interpret = os.environ.get("TRITON_INTERPRET")
-    if x2.device.type != "cuda" and interpret != "1":
-        raise RuntimeError(
-            f"Got {_PATH_ENV}=triton and x on {x2.device}, but the Triton kernel runs CPU tensors only in Triton's "
-            "interpreter: set TRITON_INTERPRET=1 before the first call in this process"
-        )
-    fmt = plan.fmt
+    fixed = os.environ.get(_TILE_ENV)
     # A direction not asked for gets the other's buffers as (never written) stand-ins.
     row_data = outputs.get("data_rowwise", outputs.get("data_columnwise"))
     assert row_data is not None  # _allocate makes at least one direction
@@ -531,11 +634,71 @@ def _launch(x2: torch.Tensor, plan: _Plan, outputs: dict[str, torch.Tensor]) -> 
     col_scale = outputs.get("scale_columnwise", row_data)
     row_scale_stride = plan.row_scale_shape[1] // 4 if plan.swizzled else plan.row_scale_shape[1]
     col_scale_stride = plan.col_scale_shape[0] // 4 if plan.swizzled else plan.col_scale_shape[1]
-    meta: dict[str, Any] = {
+    data_stride = plan.cols // 2 if plan.fmt.bits == 4 else plan.cols
+    args = (x, row_data, row_scale, col_data, col_scale, plan.rows, plan.cols, data_stride, row_scale_stride,
+            col_scale_stride)  # fmt: skip
+    key = (plan, x.dtype, x.device, fixed)
+    cached = _LAUNCHES.get(key) if interpret != "1" else None
+    if cached is not None:
+        cached.runner(*args, *cached.constants)
+        return
+    if x.device.type != "cuda" and interpret != "1":
+        raise RuntimeError(
+            f"Got {_PATH_ENV}=triton and x on {x.device}, but the Triton kernel runs CPU tensors only in Triton's "
+            "interpreter: set TRITON_INTERPRET=1 before the first call in this process"
+        )
+    if interpret != "1" and plan.fmt.fp8 and not _has_fp8_conversion(x.device):
+        raise RuntimeError(
+            f"Got {_PATH_ENV}=triton and an FP8 format on {x.device} (compute capability "
+            f"{torch.cuda.get_device_capability(x.device)}), but the MXFP8 kernel converts with "
+            f"cvt.rn.satfinite.e4m3x2.f32, which needs 8.9 or later; use {_PATH_ENV}=auto or torch there"
+        )
+    meta = _constants(plan, x.dtype)
+    rows_of_32 = plan.columnwise or plan.two_d
+    if interpret == "1" or fixed:
+        tile = _Tile(*(int(part) for part in fixed.split("x"))) if fixed else _autotune_configs(rows_of_32)[0]
+        if (rows_of_32 and tile.block_m != 32) or tile.block_k % 32 or tile.block_k & (tile.block_k - 1):
+            raise ValueError(
+                f"Got {_TILE_ENV}={fixed!r}, but BLOCK_K must be a power of two >= 32 and BLOCK_M 32 with "
+                "columnwise or 2d blocks"
+            )
+        even = plan.rows % tile.block_m == 0 and plan.cols % tile.block_k == 0
+        meta.update(BLOCK_M=tile.block_m, BLOCK_K=tile.block_k, EVEN=even)
+        kernel = jit(_mx_kernel)[(_grid(plan, tile.block_m, tile.block_k),)]
+        if interpret == "1":
+            import numpy as np  # the interpreter computes in NumPy: NaN inputs must not raise warnings there
+
+            with np.errstate(all="ignore"):
+                kernel(*args, **meta, num_warps=tile.num_warps)
+            return
+        compiled = kernel(*args, **meta, num_warps=tile.num_warps)
+    else:
+        tuned = _tuned_kernel(interpret, rows_of_32)
+        compiled = tuned[lambda config: (_grid(plan, config["BLOCK_M"], config["BLOCK_K"]),)](*args, **meta)
+        best = tuned.best_config.kwargs
+        meta.update(BLOCK_M=best["BLOCK_M"], BLOCK_K=best["BLOCK_K"])
+        meta.update(EVEN=plan.rows % meta["BLOCK_M"] == 0 and plan.cols % meta["BLOCK_K"] == 0)
+    if len(_LAUNCHES) >= _LAUNCHES_MAX:
+        _LAUNCHES.clear()
+    names = list(inspect.signature(_mx_kernel).parameters)[_RUNTIME_ARGS:]
+    grid = (_grid(plan, meta["BLOCK_M"], meta["BLOCK_K"]), 1, 1)
+    _LAUNCHES[key] = _Launch(compiled[grid], tuple(meta[name] for name in names))
+
+
+def _grid(plan: _Plan, block_m: int, block_k: int) -> int:
+    """Programs of the 1-D grid: one per ``block_m x block_k`` tile."""
+    return triton.cdiv(plan.rows, block_m) * triton.cdiv(plan.cols, block_k)
+
+
+def _constants(plan: _Plan, dtype: torch.dtype) -> dict[str, Any]:
+    """The kernel's constexpr arguments other than the tile."""
+    fmt = plan.fmt
+    return {
+        "FP8": fmt.fp8,
         "MANTISSA_BITS": fmt.mantissa_bits,
         "BIAS": fmt.bias,
         "MAX_CODE": fmt.max_code,
-        "NAN_CODE": fmt.nan_code,
+        "MAX_VALUE": fmt.max_value,
         "SIGN_SHIFT": 32 - fmt.bits,
         "SIGN_MASK": 1 << (fmt.bits - 1),
         "SUBNORMAL_ADDEND": 2.0 ** (24 - fmt.bias - fmt.mantissa_bits),
@@ -551,45 +714,8 @@ def _launch(x2: torch.Tensor, plan: _Plan, outputs: dict[str, torch.Tensor]) -> 
         "COLUMNWISE": plan.columnwise,
         "TWO_D": plan.two_d,
         "SWIZZLED": plan.swizzled,
-        "INPUT": _INPUT_IDS[x2.dtype],
+        "INPUT": _INPUT_IDS[dtype],
     }
-    args = (
-        x2,
-        row_data,
-        row_scale,
-        col_data,
-        col_scale,
-        plan.rows,
-        plan.cols,
-        row_data.shape[-1],
-        row_scale_stride,
-        col_scale_stride,
-    )
-    rows_of_32 = plan.columnwise or plan.two_d
-    fixed = os.environ.get(_TILE_ENV)
-    if interpret == "1" or fixed:
-        tile = _Tile(*(int(part) for part in fixed.split("x"))) if fixed else _autotune_configs(rows_of_32)[0]
-        if (rows_of_32 and tile.block_m != 32) or tile.block_k % 32 or tile.block_k & (tile.block_k - 1):
-            raise ValueError(
-                f"Got {_TILE_ENV}={fixed!r}, but BLOCK_K must be a power of two >= 32 and BLOCK_M 32 with "
-                "columnwise or 2d blocks"
-            )
-        kernel = jit(_mx_kernel)[(triton.cdiv(plan.rows, tile.block_m), triton.cdiv(plan.cols, tile.block_k))]
-        even = plan.rows % tile.block_m == 0 and plan.cols % tile.block_k == 0
-        meta.update(BLOCK_M=tile.block_m, BLOCK_K=tile.block_k, EVEN=even, num_warps=tile.num_warps)
-        if interpret == "1":
-            import numpy as np  # the interpreter computes in NumPy: NaN inputs must not raise warnings there
-
-            with np.errstate(all="ignore"):
-                kernel(*args, **meta)
-        else:
-            kernel(*args, **meta)
-        return
-
-    def tuned_grid(config: dict[str, int]) -> tuple[int, int]:
-        return triton.cdiv(plan.rows, config["BLOCK_M"]), triton.cdiv(plan.cols, config["BLOCK_K"])
-
-    _tuned_kernel(interpret, rows_of_32)[tuned_grid](*args, **meta)
 
 
 # %% Torch path
@@ -735,12 +861,11 @@ def mx(
     ``RuntimeError`` where a forced Triton path cannot run.
     """
     plan = _plan(x, format, scale_rule, usage, blocks, scale_layout, edges)
-    x2 = x.view(plan.rows, plan.cols)
     outputs = _allocate(x, plan)
-    if _use_triton(x.device):
-        _launch(x2, plan, outputs)
+    if _use_triton(x.device, plan):
+        _launch(x, plan, outputs)
     else:
-        _torch_path(x2, plan, outputs)
+        _torch_path(x.view(plan.rows, plan.cols), plan, outputs)
     return outputs
 
 
@@ -764,13 +889,23 @@ def _scale_buffer(shape: tuple[int, int], logical: tuple[int, int], device_: tor
     return torch.zeros(shape, dtype=torch.uint8, device=device_)
 
 
-def _use_triton(device_: torch.device) -> bool:
+def _use_triton(device_: torch.device, plan: _Plan) -> bool:
+    """The kernel, or the torch path; ``auto`` takes the kernel for CUDA tensors when Triton is importable and, for
+    FP8, the GPU converts to FP8 in hardware."""
     choice = os.environ.get(_PATH_ENV, "auto")
     if choice not in ("auto", "triton", "torch"):
         raise ValueError(f"Got {_PATH_ENV}={choice!r}, but {_PATH_ENV} must be one of ['auto', 'triton', 'torch']")
     if choice == "triton" and triton is None:
         raise RuntimeError(f"Got {_PATH_ENV}=triton, but triton is not installed")
-    return choice == "triton" or (choice == "auto" and device_.type == "cuda" and triton is not None)
+    if choice != "auto":
+        return choice == "triton"
+    return device_.type == "cuda" and triton is not None and (plan.fmt.fp8 == 0 or _has_fp8_conversion(device_))
+
+
+@functools.cache
+def _has_fp8_conversion(device_: torch.device) -> bool:
+    """Whether ``device_`` has ``cvt.rn.satfinite.e4m3x2.f32`` (compute capability 8.9 and later)."""
+    return torch.cuda.get_device_capability(device_) >= (8, 9)
 
 
 def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:

@@ -144,21 +144,21 @@ def e2m1_rne(scaled):
 def _e2m1_rne_raw(scaled):
     """:func:`e2m1_rne` in the low 4 bits, above them ``0x4B40000`` (the bits of ``1.5 * 2**23``).
 
-    The magnitude code of ``a = |v|`` is ``round(2a)`` below 2, ``round(a) + 2`` in [2, 4) and
+    With ``a = min(|v|, 6)`` (``min.f32`` ignores NaN, so NaN gives 6: the saturation and the NaN rule
+    in one instruction), the magnitude code is ``round(2a)`` below 2, ``round(a) + 2`` in [2, 4) and
     ``round(a / 2) + 4`` from 4 up (the E2M1 spacings 0.5, 1 and 2), each rounded to nearest even by
     one float32 addition of ``M = 1.5 * 2**23`` (spacing 1, the integer left in the low mantissa bits).
     Since ``2a <= a + 2`` exactly below 2 and ``a + 2 <= a / 2 + 4`` exactly below 4 (and the other way
-    round above), and rounding is monotonic, the code is the minimum of the three, and of 7
-    (saturation).  ``min.f32`` ignores NaN, so NaN gives 7.  The sign bit is added unless the input is
-    NaN: as int32 the negative non-NaN patterns are exactly those ``<= 0xFF800000`` (-Inf).  Checked on
-    all 2^32 float32 inputs against ``reference.cast.fp4``.  Three float32 operations on the FMA pipe
-    and five on the integer/compare pipe, where the generic ``round_to_code`` needs about twenty.
+    round above), and rounding is monotonic, the code is the minimum of the three.  The sign bit is
+    added unless the input is NaN: as int32 the negative non-NaN patterns are exactly those
+    ``<= 0xFF800000`` (-Inf).  Checked on all 2^32 float32 inputs against ``reference.cast.fp4``.  Six
+    float32 instructions (the ``abs`` is an operand modifier of the first) and two integer ones.
     """
-    a = tl.abs(scaled)
+    a = tl.minimum(tl.abs(scaled), 6.0)
     # 2a and a / 2 are exact (a / 2 of a float32 subnormal may round, but then t2 is 4 + M anyway): FMA-safe.
     t0 = tl.fma(a, 2.0, 12582912.0)
     t2 = tl.fma(a, 0.5, 12582916.0)
-    t = tl.minimum(tl.minimum(t0, a + 12582914.0), tl.minimum(t2, 12582919.0))
+    t = tl.minimum(tl.minimum(t0, a + 12582914.0), t2)
     negative = scaled.to(tl.int32, bitcast=True) <= -8388608  # 0xFF800000
     return t.to(tl.int32, bitcast=True) + tl.where(negative, 8, 0)
 
@@ -219,6 +219,35 @@ def _abs_max(values, axis: tl.constexpr, RULE: tl.constexpr, SANITIZE: tl.conste
     if RULE == 0:
         return tl.maximum(tl.max(magnitude, axis=axis), 0.0)
     return tl.reduce(magnitude, axis, _max_propagating_nan)
+
+
+@device
+def _word_halves(words, INPUT: tl.constexpr):
+    """float32 values of the two elements a word holds: element ``2i`` (low half) and ``2i + 1``.
+
+    A word is an int32 (two bfloat16 or float16 elements) or an int64 (two float32 elements); bfloat16
+    widens by bit shifts (Triton's interpreter flushes bfloat16 subnormals in ``.to(tl.float32)``),
+    float16 by the exact conversion.
+    """
+    if INPUT == 0:
+        lo = words.to(tl.int32)
+        hi = (words >> 32).to(tl.int32)
+    elif INPUT == 1:
+        lo = words << 16
+        hi = words & -65536  # 0xFFFF0000
+    else:
+        lo = (words & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32).to(tl.int32, bitcast=True)
+        hi = (words >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32).to(tl.int32, bitcast=True)
+    return lo.to(tl.float32, bitcast=True), hi.to(tl.float32, bitcast=True)
+
+
+@device
+def _random_halves(words, RANDOM_BITS: tl.constexpr):
+    """The random bits of the two elements of each word: uint8 pairs in an int16, uint32 pairs in an int64."""
+    if RANDOM_BITS == 8:
+        both = words.to(tl.int32)
+        return both & 255, (both >> 8) & 255
+    return words.to(tl.int32), (words >> 32).to(tl.int32)
 
 
 @device
@@ -625,34 +654,214 @@ def _nvfp4_quantize_kernel(
             )
 
 
+@device
+def _amax_chunk(
+    words_ptr,
+    n_words,
+    chunk,
+    running,
+    INPUT: tl.constexpr,
+    RULE: tl.constexpr,
+    CHUNK: tl.constexpr,
+    EVEN: tl.constexpr,
+    SANITIZE: tl.constexpr,
+    EVICTION: tl.constexpr,
+):
+    """The running elementwise maxima after one chunk of ``CHUNK`` words."""
+    start = tl.cast(chunk, tl.int64) * CHUNK
+    w = tl.arange(0, CHUNK)
+    if EVEN:
+        words = tl.load(words_ptr + start + w, eviction_policy=EVICTION)
+    else:
+        limit = tl.minimum(n_words - start, CHUNK).to(tl.int32)
+        words = tl.load(words_ptr + start + w, mask=w < limit, other=0, eviction_policy=EVICTION)
+    lo, hi = _word_halves(words, INPUT)
+    return _max2(running, _max2(_magnitude(lo, RULE, SANITIZE), _magnitude(hi, RULE, SANITIZE), RULE), RULE)
+
+
+def _nvfp4_tensor_amax_kernel(
+    # pointers: the input as words (two elements each), the amax bits of each operand
+    words_ptr,
+    amax_ptr,
+    columnwise_amax_ptr,
+    # sizes: the input's words, and how many of the last ones to leave in L2 for the quantize pass
+    n_words,
+    kept_words,
+    # variant
+    INPUT: tl.constexpr,
+    ROWWISE: tl.constexpr,
+    COLUMNWISE: tl.constexpr,
+    RULE: tl.constexpr,
+    # tiling
+    CHUNK: tl.constexpr,
+    EVEN: tl.constexpr,
+    SANITIZE: tl.constexpr,
+):
+    """Per-tensor amax without the Hadamard transform: x and x.T share it, so x is read as a flat array.
+
+    Persistent programs keep elementwise running maxima of ``CHUNK`` words (``max.f32`` ignores NaN as
+    TE's ``fmaxf``; torchao's rules propagate it), reduce them once and ``atomic_max`` the float32 bits.
+    """
+    chunks = tl.cdiv(n_words, CHUNK)
+    first_kept = chunks - kept_words // CHUNK
+    running = tl.zeros([CHUNK], tl.float32)
+    for chunk in range(tl.program_id(0), first_kept, tl.num_programs(0)):
+        running = _amax_chunk(words_ptr, n_words, chunk, running, INPUT, RULE, CHUNK, EVEN, SANITIZE, "evict_first")
+    for chunk in range(first_kept + tl.program_id(0), chunks, tl.num_programs(0)):
+        running = _amax_chunk(words_ptr, n_words, chunk, running, INPUT, RULE, CHUNK, EVEN, SANITIZE, "evict_last")
+    amax = _abs_max(running, 0, RULE, SANITIZE).to(tl.int32, bitcast=True)
+    if ROWWISE:
+        tl.atomic_max(amax_ptr, amax)
+    if COLUMNWISE:
+        tl.atomic_max(columnwise_amax_ptr, amax)
+
+
+def _nvfp4_rowwise_kernel(
+    # pointers: the input and the random bits as words (two elements each), the outputs
+    words_ptr,
+    random_ptr,
+    data_ptr,
+    scales_ptr,
+    amax_ptr,
+    tensor_scale_ptr,
+    # sizes
+    M,
+    K,
+    # variant
+    INPUT: tl.constexpr,
+    TILE_2D: tl.constexpr,
+    ROW_AMAX: tl.constexpr,
+    ROUNDING: tl.constexpr,
+    RANDOM_BITS: tl.constexpr,
+    RULE: tl.constexpr,
+    ZERO_ENC: tl.constexpr,
+    # tiling
+    BR: tl.constexpr,
+    NB: tl.constexpr,
+    V: tl.constexpr,
+    EVEN: tl.constexpr,
+    SANITIZE: tl.constexpr,
+):
+    """The rowwise operand alone: persistent programs over tiles of ``BR`` rows by ``NB`` blocks of 16.
+
+    A tile is ``[8 / V, BR, NB, V]`` words (``V`` words, 16 bytes, per load): element ``2i`` of a word
+    in its low half, ``2i + 1`` in its high half, and byte ``i`` of the packed data is word ``i``, so
+    the data is stored with the input's offsets.  Triton lays the last axis out within a thread and the
+    threads along the blocks (the first axis repeats): each block of 16 elements lives in one thread,
+    so its amax, E4M3 scale and encode scale are computed once, with no data exchanged between threads.
+    Tiles are visited in reverse: the amax pass read the last ones last (still in L2).
+    """
+    KW = K // 2
+    KB = K // 16
+    tiles_k = tl.cdiv(KB, NB)
+    tiles = tl.cdiv(M, BR) * tiles_k
+    h = tl.arange(0, 8 // V)[:, None, None, None]
+    r = tl.arange(0, BR)
+    b = tl.arange(0, NB)
+    j = tl.arange(0, V)[None, None, None, :]
+    p0 = tl.full([], 0.0, tl.float32)
+    p1 = tl.full([], 0.0, tl.float32)
+    if not ROW_AMAX:
+        p0, p1 = _operand_scales(amax_ptr, tensor_scale_ptr, RULE)
+    for step in range(tl.program_id(0), tiles, tl.num_programs(0)):
+        tile = tiles - 1 - step
+        row0 = (tile // tiles_k) * BR
+        blk0 = (tile % tiles_k) * NB
+        row_ok = (row0 + r) < M
+        ok = row_ok[:, None] & ((blk0 + b) < KB)[None, :]
+        offsets = h * V + r[None, :, None, None] * KW + (8 * (blk0 + b))[None, None, :, None] + j
+        row_base = row0.to(tl.int64) * KW
+        if EVEN:
+            words = tl.load(words_ptr + row_base + offsets, eviction_policy="evict_first")
+        else:
+            words = tl.load(
+                words_ptr + row_base + offsets, mask=ok[None, :, :, None], other=0, eviction_policy="evict_first"
+            )
+        lo, hi = _word_halves(words, INPUT)
+
+        # Block amax, block scale, encode scale.
+        pair = _max2(_magnitude(lo, RULE, SANITIZE), _magnitude(hi, RULE, SANITIZE), RULE)
+        blocks = _abs_max(_abs_max(pair, 3, RULE, SANITIZE), 0, RULE, SANITIZE)
+        if TILE_2D:
+            tiles_2d = _abs_max(tl.reshape(blocks, [BR // 16, 16, NB]), 1, RULE, SANITIZE)
+            blocks = tl.reshape(tl.broadcast_to(tiles_2d[:, None, :], [BR // 16, 16, NB]), [BR, NB])
+        if ROW_AMAX:
+            amax = tl.load(amax_ptr + row0 + r, mask=row_ok, other=0).to(tl.float32, bitcast=True)
+            tensor_scale, row_p0, row_p1 = _global_scales(amax, RULE)
+            # A vector mask and a scalar condition are combined as vectors: the interpreter rejects the mix.
+            tl.store(tensor_scale_ptr + row0 + r, tensor_scale, mask=row_ok & ((r * 0 + blk0) == 0))
+            code, encode = _block_scale(blocks, row_p0[:, None], row_p1[:, None], RULE, ZERO_ENC)
+        else:
+            code, encode = _block_scale(blocks, p0, p1, RULE, ZERO_ENC)
+        s_pointers = scales_ptr + row0.to(tl.int64) * KB + (r[:, None] * KB + (blk0 + b)[None, :])
+        if EVEN:
+            tl.store(s_pointers, code.to(tl.uint8))
+        else:
+            tl.store(s_pointers, code.to(tl.uint8), mask=ok)
+
+        # Elements: codes of fl32(v * enc), two per byte.
+        enc = encode[None, :, :, None]
+        if ROUNDING == 0:
+            # The codes sit in the low 4 bits, the bytes below add, not or.
+            packed = _e2m1_rne_raw(lo * enc) + (_e2m1_rne_raw(hi * enc) << 4)
+        else:
+            if EVEN:
+                random = tl.load(random_ptr + row_base + offsets)
+            else:
+                random = tl.load(random_ptr + row_base + offsets, mask=ok[None, :, :, None], other=0)
+            r_lo, r_hi = _random_halves(random, RANDOM_BITS)
+            s_lo = (lo * enc).to(tl.int32, bitcast=True)
+            s_hi = (hi * enc).to(tl.int32, bitcast=True)
+            q_lo = round_to_code(s_lo, s_lo, r_lo, 1, 1, 28, 8, True, 7, 7, 7, ROUNDING, RANDOM_BITS)
+            q_hi = round_to_code(s_hi, s_hi, r_hi, 1, 1, 28, 8, True, 7, 7, 7, ROUNDING, RANDOM_BITS)
+            packed = q_lo + (q_hi << 4)
+        if EVEN:
+            tl.store(data_ptr + row_base + offsets, packed.to(tl.uint8))
+        else:
+            tl.store(data_ptr + row_base + offsets, packed.to(tl.uint8), mask=ok[None, :, :, None])
+
+
 # %% Launcher
 
 
-class _Tiling(NamedTuple):
-    """Tile shape, warps and resident programs per SM of a kernel launch."""
+class _Launch(NamedTuple):
+    """One kernel's launch shape: tile rows, tile columns (elements; words for the flat amax pass), warps
+    and resident programs per SM."""
 
-    bm: int
-    bk: int
+    rows: int
+    cols: int
     num_warps: int
     programs_per_sm: int
 
 
-def _tiling(s: _Settings, x: torch.Tensor) -> _Tiling:
-    """One warp per 16-row tile: a thread holds whole 16-row column blocks (8 columns of 16 rows when the
-    columnwise operand is wanted: 256 columns per tile), so neither the column amax nor the pairing of rows
-    into bytes crosses threads, and no block scale is computed twice for a column; rowwise-only tiles are
-    128 columns wide (64 elements per thread).  Read from the SASS for sm_90 (``ptxas`` of Triton 3.9, no
-    GPU): about 23 instructions per element rowwise (131 registers; 16 x 256 tiles would save two but need
-    241), 38 for both operands and 49 with the Hadamard transform (255 registers, no spills); the amax pass
-    about 5.
+class _Tiling(NamedTuple):
+    """The launch shapes of both passes."""
 
-    Triton's interpreter pays per program, not per element: large CPU inputs take 128-row tiles there
-    (the same code, other constexprs; small inputs keep the GPU's tiles, which the CPU tests check).
-    """
-    rows = 128 if x.device.type != "cuda" and x.shape[0] >= 1024 else 16
-    if s.columnwise:
-        return _Tiling(rows, 256, 1, 8)
-    return _Tiling(rows, 128, 1, 12)
+    quantize: _Launch
+    amax: _Launch
+
+
+_ROWWISE = _Tiling(quantize=_Launch(4, 2048, 4, 4), amax=_Launch(1, 4096, 8, 4))
+"""Rowwise operand only (``_nvfp4_rowwise_kernel``): 4 x 2048 tiles (each thread two 16-element blocks of
+each of 4 rows), 4 warps; the flat amax pass in chunks of 4096 words (16 per thread), 8 warps."""
+_COLUMNWISE = _Tiling(quantize=_Launch(16, 256, 1, 8), amax=_Launch(1, 4096, 8, 4))
+"""Both operands or the columnwise one (``_nvfp4_quantize_kernel``): one warp per 16 x 256 tile, a thread
+holding 16 rows of 8 columns, so neither the column amax nor the pairing of rows into bytes crosses
+threads (38 instructions per element for both operands and 49 with the Hadamard transform in the SASS of
+``ptxas`` for sm_90; 255 registers, no spills).  The tile amax pass (row-scaled amax, Hadamard transform)
+uses the same tiles."""
+
+
+def _tiling(s: _Settings, x: torch.Tensor) -> _Tiling:
+    """The launch shapes of these settings.  Triton's interpreter pays per program, not per element: large
+    CPU inputs take 128-row tiles there (the same code, other constexprs; small inputs keep the GPU's
+    tiles, which the CPU tests check)."""
+    tiling = _COLUMNWISE if s.columnwise else _ROWWISE
+    if x.device.type != "cuda" and x.shape[0] >= 1024:
+        tiling = tiling._replace(quantize=tiling.quantize._replace(rows=128))
+    if s.block == "16x16" and not s.columnwise:
+        tiling = tiling._replace(quantize=tiling.quantize._replace(rows=max(16, tiling.quantize.rows)))
+    return tiling
 
 
 def _outputs(x: torch.Tensor, s: _Settings) -> dict[str, torch.Tensor]:
@@ -686,9 +895,11 @@ def _interpreter_errstate(x: torch.Tensor) -> contextlib.AbstractContextManager[
     return np.errstate(over="ignore", invalid="ignore", divide="ignore")
 
 
-def _launch_options(x: torch.Tensor) -> dict[str, Any]:
-    """No floating-point contraction on the GPU: an FMA would skip the rounding of a product."""
-    return {} if x.device.type != "cuda" else {"enable_fp_fusion": False}
+def _launch_options(x: torch.Tensor, launch: _Launch) -> dict[str, Any]:
+    """Warps, and no floating-point contraction on the GPU: an FMA would skip the rounding of a product."""
+    if x.device.type != "cuda":
+        return {"num_warps": launch.num_warps}
+    return {"num_warps": launch.num_warps, "enable_fp_fusion": False}
 
 
 def _programs(x: torch.Tensor, tiles: int, per_sm: int) -> int:
@@ -698,13 +909,21 @@ def _programs(x: torch.Tensor, tiles: int, per_sm: int) -> int:
     return min(tiles, per_sm * torch.cuda.get_device_properties(x.device).multi_processor_count)
 
 
-def _kept_tiles(x: torch.Tensor, tiles: int, tiling: _Tiling) -> int:
-    """How many of the last tiles the amax pass marks evict-last: about 60% of the GPU's L2 (the quantize
-    pass reads them first, before its own writes push them out); none in the interpreter."""
+def _kept_bytes(x: torch.Tensor) -> int:
+    """How much of the end of ``x`` the amax pass marks evict-last: about 60% of the GPU's L2 (the quantize
+    pass reads it first, before its own writes push it out); none in the interpreter."""
     if x.device.type != "cuda":
         return 0
-    l2_bytes = torch.cuda.get_device_properties(x.device).L2_cache_size
-    return min(tiles, int(0.6 * l2_bytes) // (tiling.bm * tiling.bk * x.element_size()))
+    return int(0.6 * torch.cuda.get_device_properties(x.device).L2_cache_size)
+
+
+def _as_words(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous ``[R, C]`` tensor of 1-, 2- or 4-byte elements as ``[R, C / 2]`` words holding two each
+    (int16, int32 or int64), element ``2i`` in the low half (little-endian)."""
+    words = {1: torch.int16, 2: torch.int32, 4: torch.int64}[t.element_size()]
+    if t.storage_offset() % 2:
+        t = t.clone()
+    return t.view(words)
 
 
 def _kernel_bits(t: torch.Tensor | None, dummy: torch.Tensor) -> torch.Tensor:
@@ -714,62 +933,128 @@ def _kernel_bits(t: torch.Tensor | None, dummy: torch.Tensor) -> torch.Tensor:
     return t.view(torch.int32) if t.dtype == torch.uint32 else t
 
 
-def _quantize_triton(
-    x: torch.Tensor, s: _Settings, random_bits: torch.Tensor | None, columnwise_random_bits: torch.Tensor | None
-) -> dict[str, torch.Tensor]:
-    """Both passes with the Triton kernels (arguments checked, ``x`` contiguous)."""
-    options = _launch_options(x)
+def _amax_pass(x: torch.Tensor, s: _Settings, out: dict[str, torch.Tensor], tiling: _Tiling) -> None:
+    """The first pass: the amax of each operand into ``out``'s int32 amax buffers."""
     rows, cols = x.shape
-    out = _outputs(x, s)
     dummy = out.get("amax", out.get("columnwise_amax"))
-    assert dummy is not None
-    tiling = _tiling(s, x)
-    tiles = triton.cdiv(rows, tiling.bm) * triton.cdiv(cols, tiling.bk)
-    variant = {
-        "INPUT": _INPUT_DTYPES[x.dtype],
-        "ROWWISE": s.rowwise,
-        "COLUMNWISE": s.columnwise,
-        "ROW_AMAX": s.amax_scope == "row",
-        "RHT": s.rht and s.columnwise,
-        "RULE": _RULE_IDS[s.scale_rule],
-        "BM": tiling.bm,
-        "BK": tiling.bk,
-        "EVEN": rows % tiling.bm == 0 and cols % tiling.bk == 0,
-        "SANITIZE": x.device.type != "cuda",
-    }
-    launch = {"num_warps": tiling.num_warps, **options}
-    with _interpreter_errstate(x):
+    amax_ptrs = (out.get("amax", dummy), out.get("columnwise_amax", dummy))
+    rule = _RULE_IDS[s.scale_rule]
+    if s.amax_scope == "row" or (s.rht and s.columnwise):
+        q = tiling.quantize
+        tiles = triton.cdiv(rows, q.rows) * triton.cdiv(cols, q.cols)
         jit(_nvfp4_amax_kernel)[(_programs(x, tiles, 8),)](
             x,
-            out.get("amax", dummy),
-            out.get("columnwise_amax", dummy),
+            *amax_ptrs,
             rows,
             cols,
-            _kept_tiles(x, tiles, tiling),
-            **variant,
-            **launch,
+            min(tiles, _kept_bytes(x) // (q.rows * q.cols * x.element_size())),
+            INPUT=_INPUT_DTYPES[x.dtype],
+            ROWWISE=s.rowwise,
+            COLUMNWISE=s.columnwise,
+            ROW_AMAX=s.amax_scope == "row",
+            RHT=s.rht and s.columnwise,
+            RULE=rule,
+            BM=q.rows,
+            BK=q.cols,
+            EVEN=rows % q.rows == 0 and cols % q.cols == 0,
+            SANITIZE=x.device.type != "cuda",
+            **_launch_options(x, q),
         )
-        jit(_nvfp4_quantize_kernel)[(_programs(x, tiles, tiling.programs_per_sm),)](
-            x,
-            _kernel_bits(random_bits, dummy),
-            _kernel_bits(columnwise_random_bits, dummy),
-            *(
-                out.get(f"{p}{n}", dummy)
-                for p in ("", "columnwise_")
-                for n in ("data", "scales", "amax", "tensor_scale")
-            ),
+        return
+    a = tiling.amax
+    words = _as_words(x)
+    n_words = words.numel()
+    chunks = triton.cdiv(n_words, a.cols)
+    jit(_nvfp4_tensor_amax_kernel)[(_programs(x, chunks, a.programs_per_sm),)](
+        words,
+        *amax_ptrs,
+        n_words,
+        min(chunks, _kept_bytes(x) // (a.cols * words.element_size())) * a.cols,
+        INPUT=_INPUT_DTYPES[x.dtype],
+        ROWWISE=s.rowwise,
+        COLUMNWISE=s.columnwise,
+        RULE=rule,
+        CHUNK=a.cols,
+        EVEN=n_words % a.cols == 0,
+        SANITIZE=x.device.type != "cuda",
+        **_launch_options(x, a),
+    )
+
+
+def _quantize_pass(
+    x: torch.Tensor,
+    s: _Settings,
+    out: dict[str, torch.Tensor],
+    random_bits: torch.Tensor | None,
+    columnwise_random_bits: torch.Tensor | None,
+    tiling: _Tiling,
+) -> None:
+    """The second pass: scales and codes of each operand from the amaxes in ``out``."""
+    rows, cols = x.shape
+    dummy = out.get("amax", out.get("columnwise_amax"))
+    q = tiling.quantize
+    variant = {
+        "INPUT": _INPUT_DTYPES[x.dtype],
+        "TILE_2D": s.block == "16x16",
+        "ROW_AMAX": s.amax_scope == "row",
+        "ROUNDING": 0 if s.rounding == "rne" else 2,
+        "RANDOM_BITS": 0 if random_bits is None else _RANDOM_DTYPES[random_bits.dtype],
+        "RULE": _RULE_IDS[s.scale_rule],
+        "ZERO_ENC": s.zero_scale == "zero",
+        "EVEN": rows % q.rows == 0 and cols % q.cols == 0,
+        "SANITIZE": x.device.type != "cuda",
+    }
+    if not s.columnwise:
+        tiles = triton.cdiv(rows, q.rows) * triton.cdiv(cols // 16, q.cols // 16)
+        jit(_nvfp4_rowwise_kernel)[(_programs(x, tiles, q.programs_per_sm),)](
+            _as_words(x),
+            dummy if random_bits is None else _as_words(random_bits),
+            out["data"],
+            out["scales"],
+            out["amax"],
+            out["tensor_scale"],
             rows,
             cols,
             **variant,
-            TILE_2D=s.block == "16x16",
-            ROUNDING=0 if s.rounding == "rne" else 2,
-            RANDOM_BITS=0 if random_bits is None else _RANDOM_DTYPES[random_bits.dtype],
-            COLUMNWISE_RANDOM_BITS=0
-            if columnwise_random_bits is None
-            else _RANDOM_DTYPES[columnwise_random_bits.dtype],
-            ZERO_ENC=s.zero_scale == "zero",
-            **launch,
+            BR=q.rows,
+            NB=q.cols // 16,
+            V=8 // x.element_size(),
+            **_launch_options(x, q),
         )
+        return
+    tiles = triton.cdiv(rows, q.rows) * triton.cdiv(cols, q.cols)
+    jit(_nvfp4_quantize_kernel)[(_programs(x, tiles, q.programs_per_sm),)](
+        x,
+        _kernel_bits(random_bits, dummy),
+        _kernel_bits(columnwise_random_bits, dummy),
+        *(out.get(f"{p}{n}", dummy) for p in ("", "columnwise_") for n in ("data", "scales", "amax", "tensor_scale")),
+        rows,
+        cols,
+        **variant,
+        ROWWISE=s.rowwise,
+        COLUMNWISE=True,
+        RHT=s.rht,
+        COLUMNWISE_RANDOM_BITS=0 if columnwise_random_bits is None else _RANDOM_DTYPES[columnwise_random_bits.dtype],
+        BM=q.rows,
+        BK=q.cols,
+        **_launch_options(x, q),
+    )
+
+
+def _quantize_triton(
+    x: torch.Tensor,
+    s: _Settings,
+    random_bits: torch.Tensor | None,
+    columnwise_random_bits: torch.Tensor | None,
+    tiling: _Tiling | None = None,
+) -> dict[str, torch.Tensor]:
+    """Both passes with the Triton kernels (arguments checked, ``x`` contiguous); ``tiling`` overrides the
+    launch shapes (the benchmarks' sweeps)."""
+    out = _outputs(x, s)
+    tiling = tiling or _tiling(s, x)
+    with _interpreter_errstate(x):
+        _amax_pass(x, s, out, tiling)
+        _quantize_pass(x, s, out, random_bits, columnwise_random_bits, tiling)
     for prefix in ("", "columnwise_"):
         if f"{prefix}amax" in out:
             out[f"{prefix}amax"] = out[f"{prefix}amax"].view(torch.float32)

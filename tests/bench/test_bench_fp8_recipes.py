@@ -2,10 +2,19 @@
 
 Targets (issue #4, H100): every block-scaled quantizer at least 90% of the copy bandwidth for the bytes it must
 move; FP8 1x128 blockwise at least as fast as ``torch.compile`` of the plain torch code.  Bytes moved: the input
-read once, one byte per element per copy written, four bytes per scale written.  Peers, timed the same way on
-the same input (``conftest.py``): ``torch.compile`` of the straightforward torch code of each recipe (pow2 1x128
-blocks with the GEMM-ready transposed scales; rowwise plus columnwise as one compiled function; per-tensor
-current scaling).  Run with ``pytest tests/bench -m bench --benchmark-enable``.
+read once (per-tensor current scaling: twice, the amax pass reads it too), one byte per element per copy written,
+four bytes per scale written.  Peers, timed the same way on the same input (``conftest.py``):
+
+- ``torch.compile`` of the straightforward torch code of each recipe (pow2 1x128 blocks with the GEMM-ready
+  transposed scales; rowwise plus columnwise as one compiled function; per-tensor current scaling; the delayed
+  cast with a given scale and its amax);
+- torchao 0.18's Triton kernels where it has the recipe (``torchao.prototype.blockwise_fp8_training``: 1x128
+  ``act_quant_lhs`` rowwise and ``act_quant_transposed_lhs`` columnwise, 128x128 ``weight_quant_rhs``, and two
+  of them for both copies), and torchao's float8 per-tensor scaling (``tensor_to_scale``, ``to_fp8_saturated``)
+  under ``torch.compile``.  torchao's kernels autotune over up to 45 configs; the benchmark keeps those with
+  ``num_stages=2``, 4 or 8 warps and 16 to 64 groups, to bound the compile time.
+
+Run with ``pytest tests/bench -m bench --benchmark-enable``.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ pytestmark = [
 ]
 Measure = Callable[..., dict[str, Any]]
 SHAPE = (8192, 8192)
+ELEMENTS = SHAPE[0] * SHAPE[1]
 FP8_MAX = 448.0
 
 
@@ -40,25 +50,29 @@ def bf16_input() -> torch.Tensor:
     return (torch.randn(SHAPE, device="cuda", generator=generator) * 64).to(torch.bfloat16)
 
 
-def moved(x: torch.Tensor, copies: int, scales: int) -> int:
-    return x.numel() * (x.element_size() + copies) + 4 * scales
+def moved(copies: int, scales: int, reads: int = 1) -> int:
+    """Bytes a bfloat16 quantizer must move: ``reads`` reads of x, ``copies`` FP8 copies, ``scales`` float32 scales."""
+    return ELEMENTS * (2 * reads + copies) + 4 * scales
 
 
-BLOCK_CASES = {
-    "1x128 rowwise": ("1x128", "rowwise", 1, SHAPE[0] * SHAPE[1] // 128),
-    "1x128 columnwise": ("1x128", "columnwise", 1, SHAPE[0] * SHAPE[1] // 128),
-    "1x128 both": ("1x128", "both", 2, 2 * SHAPE[0] * SHAPE[1] // 128),
-    "128x128 both": ("128x128", "both", 2, 2 * SHAPE[0] * SHAPE[1] // 128**2),
+# %% Ours
+
+BLOCK_CASES: dict[str, tuple[str, str, int]] = {
+    "1x128 rowwise": ("1x128", "rowwise", moved(1, ELEMENTS // 128)),
+    "1x128 columnwise": ("1x128", "columnwise", moved(1, ELEMENTS // 128)),
+    "1x128 both": ("1x128", "both", moved(2, 2 * ELEMENTS // 128)),
+    "128x128 rowwise": ("128x128", "rowwise", moved(1, ELEMENTS // 128**2)),
+    "128x128 both": ("128x128", "both", moved(2, 2 * ELEMENTS // 128**2)),
 }
 
 
 @pytest.mark.parametrize("case", BLOCK_CASES)
 def test_fp8_block(measure: Measure, case: str) -> None:
-    block, usage, copies, scales = BLOCK_CASES[case]
+    block, usage, bytes_moved = BLOCK_CASES[case]
     x = bf16_input()
     measure(
         lambda: functools.partial(fp8_block, x, format="float8_e4m3fn", block=block, usage=usage),
-        bytes_moved=moved(x, copies, scales),
+        bytes_moved=bytes_moved,
         implementation=f"fast.quant.fp8_block (Triton) {case}",
         target_fraction_of_copy=0.9,
     )
@@ -67,21 +81,21 @@ def test_fp8_block(measure: Measure, case: str) -> None:
 @pytest.mark.parametrize("usage", ["rowwise", "both"])
 def test_fp8_tensor(measure: Measure, usage: str) -> None:
     x = bf16_input()
-    copies = 1 + (usage == "both")
     measure(
         lambda: functools.partial(fp8_tensor, x, format="float8_e4m3fn", usage=usage),
-        bytes_moved=moved(x, copies, 0) + x.numel() * x.element_size(),  # two passes: the amax reads x too
+        bytes_moved=moved(1 + (usage == "both"), 0, reads=2),
         implementation=f"fast.quant.fp8_tensor (Triton, amax pass + cast pass) {usage}",
     )
 
 
-def test_fp8_delayed(measure: Measure) -> None:
+@pytest.mark.parametrize("usage", ["rowwise", "both"])
+def test_fp8_delayed(measure: Measure, usage: str) -> None:
     x = bf16_input()
     history, scale = torch.zeros(1024, device="cuda"), torch.ones(1, device="cuda")
     measure(
-        lambda: functools.partial(fp8_delayed, x, history, scale, format="float8_e4m3fn", usage="rowwise"),
-        bytes_moved=moved(x, 1, 0),
-        implementation="fast.quant.fp8_delayed (Triton, one pass + update) rowwise",
+        lambda: functools.partial(fp8_delayed, x, history, scale, format="float8_e4m3fn", usage=usage),
+        bytes_moved=moved(1 + (usage == "both"), 0),
+        implementation=f"fast.quant.fp8_delayed (Triton, one pass + update) {usage}",
     )
 
 
@@ -99,6 +113,10 @@ def _blocks_1x128(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return codes, (1.0 / scale).reshape(m, k // 128).t().contiguous()
 
 
+def _blocks_1x128_columnwise(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return _blocks_1x128(x.t())
+
+
 def _blocks_1x128_both(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return (*_blocks_1x128(x), *_blocks_1x128(x.t()))
 
@@ -112,28 +130,115 @@ def _blocks_128x128_both(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return codes, codes.t().contiguous(), (1.0 / scale).reshape(m // 128, k // 128)
 
 
-def _tensor_both(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def _tensor_rowwise(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     amax = x.abs().amax().float()
     scale = torch.where(amax > 0, FP8_MAX / amax, torch.ones_like(amax))
+    return (x.float() * scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn), 1.0 / scale
+
+
+def _tensor_both(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    codes, scale_inv = _tensor_rowwise(x)
+    return codes, codes.t().contiguous(), scale_inv
+
+
+def _delayed_rowwise(x: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, ...]:
     codes = (x.float() * scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
-    return codes, codes.t().contiguous(), 1.0 / scale
+    return codes, x.abs().amax().float(), 1.0 / scale
 
 
-PEERS: dict[str, tuple[Callable[..., Any], int, int, int]] = {
-    "torch.compile 1x128 rowwise": (_blocks_1x128, 1, SHAPE[0] * SHAPE[1] // 128, 0),
-    "torch.compile 1x128 both": (_blocks_1x128_both, 2, 2 * SHAPE[0] * SHAPE[1] // 128, 0),
-    "torch.compile 128x128 both": (_blocks_128x128_both, 2, 2 * SHAPE[0] * SHAPE[1] // 128**2, 0),
-    "torch.compile per-tensor both": (_tensor_both, 2, 0, 1),
+COMPILED_PEERS: dict[str, tuple[Callable[..., Any], int]] = {
+    "1x128 rowwise": (_blocks_1x128, moved(1, ELEMENTS // 128)),
+    "1x128 columnwise": (_blocks_1x128_columnwise, moved(1, ELEMENTS // 128)),
+    "1x128 both": (_blocks_1x128_both, moved(2, 2 * ELEMENTS // 128)),
+    "128x128 both": (_blocks_128x128_both, moved(2, 2 * ELEMENTS // 128**2)),
+    "per-tensor rowwise": (_tensor_rowwise, moved(1, 0, reads=2)),
+    "per-tensor both": (_tensor_both, moved(2, 0, reads=2)),
+    "delayed rowwise": (_delayed_rowwise, moved(1, 0)),
 }
-"""Function, copies written, scales written, extra reads of the input (per-tensor: the amax pass)."""
+"""Function and the bytes of the recipe it stands beside."""
 
 
-@pytest.mark.parametrize("peer", PEERS)
-def test_peer(measure: Measure, peer: str) -> None:
-    fn, copies, scales, extra_reads = PEERS[peer]
+@pytest.mark.parametrize("peer", COMPILED_PEERS)
+def test_compiled_peer(measure: Measure, peer: str) -> None:
+    fn, bytes_moved = COMPILED_PEERS[peer]
+    x = bf16_input()
+    args = (x, torch.ones((), device="cuda")) if peer.startswith("delayed") else (x,)
+    measure(
+        lambda: functools.partial(torch.compile(fn, dynamic=False), *args),
+        bytes_moved=bytes_moved,
+        implementation=f"torch.compile {peer}",
+    )
+
+
+# %% Peers: torchao 0.18
+
+
+def _torchao_blockwise() -> Any:
+    kernels = pytest.importorskip("torchao.prototype.blockwise_fp8_training.kernels")
+    for name in dir(kernels):
+        autotuner = getattr(kernels, name)
+        if name.endswith("_quant_lhs_kernel") or name.endswith("_quant_rhs_kernel"):
+            autotuner.configs = [
+                c
+                for c in autotuner.configs
+                if c.num_stages == 2 and c.num_warps in (4, 8) and c.kwargs.get("NUM_GROUPS", 32) in (16, 32, 64)
+            ]
+    return kernels
+
+
+def _torchao_peers() -> dict[str, tuple[Callable[[Any, torch.Tensor], Any], int]]:
+    def both(first: str, second: str) -> Callable[[Any, torch.Tensor], Any]:
+        return lambda k, x: (getattr(k, first)(x), getattr(k, second)(x))
+
+    return {
+        "1x128 rowwise (act_quant_lhs)": (
+            lambda k, x: k.triton_fp8_blockwise_act_quant_lhs(x),
+            moved(1, ELEMENTS // 128),
+        ),
+        "1x128 columnwise (act_quant_transposed_lhs)": (
+            lambda k, x: k.triton_fp8_blockwise_act_quant_transposed_lhs(x),
+            moved(1, ELEMENTS // 128),
+        ),
+        "1x128 both (two kernels)": (
+            both("triton_fp8_blockwise_act_quant_lhs", "triton_fp8_blockwise_act_quant_transposed_lhs"),
+            moved(2, 2 * ELEMENTS // 128),
+        ),
+        "128x128 (weight_quant_rhs)": (
+            lambda k, x: k.triton_fp8_blockwise_weight_quant_rhs(x),
+            moved(1, ELEMENTS // 128**2),
+        ),
+        "128x128 both (two kernels)": (
+            both("triton_fp8_blockwise_weight_quant_rhs", "triton_fp8_blockwise_weight_quant_transposed_rhs"),
+            moved(2, 2 * ELEMENTS // 128**2),
+        ),
+    }
+
+
+@pytest.mark.parametrize("peer", list(_torchao_peers()))
+def test_torchao_blockwise_peer(measure: Measure, peer: str) -> None:
+    fn, bytes_moved = _torchao_peers()[peer]
+    x = bf16_input()
+    measure(  # torchao is imported inside, where the fixture records import warnings
+        lambda: functools.partial(fn, _torchao_blockwise(), x),
+        bytes_moved=bytes_moved,
+        implementation=f"torchao 0.18 blockwise_fp8_training {peer}",
+    )
+
+
+def _torchao_tensorwise() -> Callable[[torch.Tensor], torch.Tensor]:
+    utils = pytest.importorskip("torchao.float8.float8_utils")
+
+    def quantize(x: torch.Tensor) -> torch.Tensor:
+        scale = utils.tensor_to_scale(x, torch.float8_e4m3fn)
+        return utils.to_fp8_saturated(x.float() * scale, torch.float8_e4m3fn)
+
+    return torch.compile(quantize, dynamic=False)
+
+
+def test_torchao_tensorwise_peer(measure: Measure) -> None:
     x = bf16_input()
     measure(
-        lambda: functools.partial(torch.compile(fn, dynamic=False), x),
-        bytes_moved=moved(x, copies, scales) + extra_reads * x.numel() * x.element_size(),
-        implementation=peer,
+        lambda: functools.partial(_torchao_tensorwise(), x),
+        bytes_moved=moved(1, 0, reads=2),
+        implementation="torchao 0.18 float8 per-tensor (tensor_to_scale, to_fp8_saturated) under torch.compile rowwise",
     )

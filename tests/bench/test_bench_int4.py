@@ -29,6 +29,8 @@ from fast.int4 import tinygemm_dequant, tinygemm_pack, tinygemm_unpack
 pytestmark = pytest.mark.bench
 N = K = 8192
 IKT, GS = 8, 128
+TILING = {"lines": fast.int4._BLOCK_LINES, "m_lanes": fast.int4._M_LANES, "num_warps": fast.int4._NUM_WARPS}
+"""The unpack / dequant kernel's tiling, recorded with its timings."""
 cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
@@ -71,6 +73,7 @@ def test_gpu_unpack(measure: Callable[..., dict[str, Any]]) -> None:
         implementation="fast.int4.tinygemm_unpack (Triton)",
         shape=[N, K],
         inner_k_tiles=IKT,
+        tiling=TILING,
     )
 
 
@@ -95,6 +98,7 @@ def test_gpu_dequant(measure: Callable[..., dict[str, Any]], fma: str) -> None:
         shape=[N, K],
         inner_k_tiles=IKT,
         group_size=GS,
+        tiling=TILING,
     )
 
 

@@ -1,5 +1,5 @@
 """``fast.quant.fp8`` / ``fp8_block`` and ``fast.dequant.fp8`` on CPU: the torch paths against the NumPy reference
-at moderate shapes, the Triton kernels in Triton's interpreter at small shapes (both rounding cores), the
+at moderate shapes, the Triton kernels in Triton's interpreter at small shapes (the integer rounding cores), the
 device functions against the reference on value sweeps, path selection and argument checks.
 """
 
@@ -10,14 +10,13 @@ import pytest
 import torch
 
 import fast.quant.fp8 as fast_fp8
-import fast.quant.fp8_blockwise as fast_fp8_block
 import reference.dequant as reference_dequant
 import reference.quant as reference_quant
-from fast._triton import float32_bits, jit, round_to_code, tl
+from fast._triton import jit, tl
 from fast.dequant import fp8_block as dequant_block
 from fast.dequant import fp8_tensor as dequant_tensor
 from fast.quant import fp8_block, fp8_delayed, fp8_tensor
-from fast.quant.fp8 import FORMATS, PATH_ENV, fp8_code, reciprocal, scale_from_amax
+from fast.quant.fp8 import FORMAT_META, FORMATS, PATH_ENV, fp8_code, reciprocal, scale_from_amax
 from reference.cast import fp8 as reference_cast
 from reference.quant.fp8 import scale_from_amax as reference_scale
 
@@ -147,10 +146,11 @@ def test_dequant_torch_path(out_dtype: str) -> None:
 
 
 @pytest.mark.usefixtures("triton_interpreter")
-@pytest.mark.parametrize("lean", [True, False])
+@pytest.mark.parametrize("core", ["lean", "exact"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32", "float16"])
-def test_tensor_and_delayed_kernels(monkeypatch: pytest.MonkeyPatch, lean: bool, dtype: str) -> None:
-    monkeypatch.setattr(fast_fp8, "LEAN_ROUNDING", lean)
+def test_tensor_and_delayed_kernels(monkeypatch: pytest.MonkeyPatch, core: str, dtype: str) -> None:
+    monkeypatch.setattr(fast_fp8, "ROUNDING_CORE", core)
+    monkeypatch.setattr(fast_fp8, "AMAX_TILE", (64, 2, 3))  # the amax programs stride over many blocks
     for seed, (shape, format, kwargs) in enumerate(
         [
             ((37, 70), "float8_e4m3fn", {}),
@@ -175,12 +175,12 @@ def test_tensor_and_delayed_kernels(monkeypatch: pytest.MonkeyPatch, lean: bool,
 @pytest.mark.parametrize("usage", ["both", "rowwise", "columnwise"])
 def test_block_kernel(monkeypatch: pytest.MonkeyPatch, block: str, usage: str) -> None:
     cases = [
-        ((130, 131), "bfloat16", "float8_e4m3fn", {}, True),
-        ((2, 3, 129), "float32", "float8_e5m2", {"power_2_scale": False}, False),
-        ((5, 1), "float16", "float8_e4m3fn", {"epsilon": 1e-4}, True),
+        ((130, 131), "bfloat16", "float8_e4m3fn", {}, "lean"),
+        ((2, 3, 129), "float32", "float8_e5m2", {"power_2_scale": False}, "exact"),
+        ((5, 1), "float16", "float8_e4m3fn", {"epsilon": 1e-4}, None),
     ]
-    for seed, (shape, dtype, format, kwargs, lean) in enumerate(cases):
-        monkeypatch.setattr(fast_fp8_block, "LEAN_ROUNDING", lean)
+    for seed, (shape, dtype, format, kwargs, core) in enumerate(cases):
+        monkeypatch.setattr(fast_fp8, "ROUNDING_CORE", core)
         x, carrier = random_x(shape, dtype, seed)
         if seed == 0:  # a zero block, a subnormal-only block and an all-NaN row
             x[:, :128] = 0
@@ -229,11 +229,9 @@ def _code_kernel(
 ):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
-    _, bits = float32_bits(tl.load(bits_ptr + offsets, mask=mask, other=0), 0)
-    lean = fp8_code(bits, MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, True)
-    tl.store(out_ptr + offsets, lean, mask=mask)
-    exact = round_to_code(bits, bits, 0, MANTISSA_BITS, BIAS, 24, 0x80, True, MAX_CODE, 0x7F, 0xFF, 0, 0)
-    tl.store(exact_ptr + offsets, exact, mask=mask)
+    value = tl.load(bits_ptr + offsets, mask=mask, other=0)
+    tl.store(out_ptr + offsets, fp8_code(value, MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, 1), mask=mask)
+    tl.store(exact_ptr + offsets, fp8_code(value, MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, 0), mask=mask)
 
 
 def _scale_kernel(
@@ -243,18 +241,19 @@ def _scale_kernel(
     pow2_ptr,
     pow2_inverse_ptr,
     n,
+    epsilon,
+    value_for_inf,
     FP8_MAX: tl.constexpr,
-    EPSILON: tl.constexpr,
-    VALUE_FOR_INF: tl.constexpr,
+    MAX_BITS: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     amax = tl.load(amax_ptr + offsets, mask=mask, other=0.0)
-    scale = scale_from_amax(amax, FP8_MAX, False, EPSILON, VALUE_FOR_INF)
+    scale = scale_from_amax(amax, epsilon, value_for_inf, FP8_MAX, MAX_BITS, False)
     tl.store(scale_ptr + offsets, scale, mask=mask)
     tl.store(inverse_ptr + offsets, reciprocal(scale, False), mask=mask)
-    pow2 = scale_from_amax(amax, FP8_MAX, True, EPSILON, VALUE_FOR_INF)
+    pow2 = scale_from_amax(amax, epsilon, value_for_inf, FP8_MAX, MAX_BITS, True)
     tl.store(pow2_ptr + offsets, pow2, mask=mask)
     tl.store(pow2_inverse_ptr + offsets, reciprocal(pow2, True), mask=mask)
 
@@ -272,25 +271,33 @@ SWEEP = np.concatenate(
 @pytest.mark.usefixtures("triton_interpreter")
 @pytest.mark.parametrize("format", ["float8_e4m3fn", "float8_e5m2"])
 def test_lean_rounding_is_round_to_code_and_the_reference_cast(format: str) -> None:
-    meta = {k: v for k, v in FORMATS[format].meta.items() if k != "FP8_MAX"}
+    meta = {k: v for k, v in FORMAT_META[format].items() if k != "FP8_MAX"}
     x = torch.from_numpy(SWEEP.view(np.int32)).view(torch.float32)
-    lean, exact = (torch.empty(x.shape, dtype=torch.int32) for _ in range(2))
+    lean, exact = (torch.empty(x.shape, dtype=torch.uint8) for _ in range(2))
     with fast_fp8.quiet_interpreter(torch.device("cpu")):  # NumPy flags the signalling NaNs of the sweep
         jit(_code_kernel)[(len(SWEEP) // 8192 + 1,)](x, lean, exact, len(SWEEP), **meta, BLOCK=8192)
     expected = reference_cast(SWEEP.view(F32), format=format, overflow="saturate")["codes"]
-    assert np.array_equal(exact.numpy(), expected.astype(np.int32))
-    assert np.array_equal(lean.numpy(), expected.astype(np.int32))
+    assert np.array_equal(exact.numpy(), expected)
+    assert np.array_equal(lean.numpy(), expected)
 
 
 @pytest.mark.usefixtures("triton_interpreter")
+@pytest.mark.parametrize("format", ["float8_e4m3fn", "float8_e5m2"])
 @pytest.mark.parametrize(("epsilon", "value_for_inf"), [(0.0, 3.4028234663852886e38), (1e-4, 3.3895313892515355e38)])
-def test_scale_device_functions_match_the_reference(epsilon: float, value_for_inf: float) -> None:
+def test_scale_device_functions_match_the_reference(format: str, epsilon: float, value_for_inf: float) -> None:
+    """Random amaxes, the specials, and the edges of the division-free power-of-two rule: mantissas next to
+    fp8_max's (1.75) and amaxes next to fp8_max / FLT_MAX, where the quotient overflows."""
+    fp8_max, max_bits = FORMATS[format].max_value, FORMAT_META[format]["MAX_BITS"]
     rng = np.random.default_rng(5)
+    overflow_edge = int((F32(fp8_max) / F32(3.4028234663852886e38)).view(np.uint32))
+    mantissa_edges = (np.arange(0x01, 0xFE, dtype=np.uint32)[:, None] << 23) | np.uint32(max_bits & 0x7FFFFF)
     amax = np.concatenate(
         [
             rng.integers(0, 0x7F800000, 1 << 14, dtype=np.uint64).astype(np.uint32),
             np.array([0, 1, 0x00400000, 0x007FFFFF, 0x00800000, 0x7F7FFFFF, 0x7F800000, 0x7FC00000], np.uint32),
             np.array([0x3E4CCCCD, 0x03E00000, 0x03DFFFFF, 0x03E00001], np.uint32),  # 448 / FLT_MAX neighbourhood
+            overflow_edge + np.arange(-3, 4, dtype=np.int64).astype(np.uint32),
+            (mantissa_edges + np.array([-1, 0, 1], dtype=np.int64).astype(np.uint32)).reshape(-1),
         ]
     ).view(F32)
     epsilon = float(F32(epsilon))
@@ -301,14 +308,15 @@ def test_scale_device_functions_match_the_reference(epsilon: float, value_for_in
             torch.from_numpy(amax),
             *out,
             len(amax),
-            FP8_MAX=448.0,
-            EPSILON=epsilon,
-            VALUE_FOR_INF=value_for_inf,
+            epsilon,
+            value_for_inf,
+            FP8_MAX=fp8_max,
+            MAX_BITS=max_bits,
             BLOCK=4096,
         )
     for pow2, scale, inverse in ((False, out[0], out[1]), (True, out[2], out[3])):
-        expected = reference_scale(amax, 448.0, power_2_scale=pow2, epsilon=epsilon, value_for_inf=value_for_inf)
-        assert np.array_equal(scale.numpy().view(np.uint32), expected.view(np.uint32))
+        expected = reference_scale(amax, fp8_max, power_2_scale=pow2, epsilon=epsilon, value_for_inf=value_for_inf)
+        assert np.array_equal(scale.numpy().view(np.uint32), expected.view(np.uint32)), pow2
         with np.errstate(divide="ignore"):
             assert np.array_equal(inverse.numpy().view(np.uint32), (F32(1) / expected).view(np.uint32))
 
@@ -322,6 +330,16 @@ def test_forced_triton_on_cpu_needs_the_interpreter(monkeypatch: pytest.MonkeyPa
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
         fp8_block(torch.ones(2, 2), format="float8_e4m3fn")
+
+
+def test_rounding_core_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert fast_fp8.rounding_core(torch.device("cpu")) == fast_fp8.ROUNDING_CORES.index("lean")
+    monkeypatch.setattr(fast_fp8, "ROUNDING_CORE", "hardware")
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        fast_fp8.rounding_core(torch.device("cpu"))
+    monkeypatch.setattr(fast_fp8, "ROUNDING_CORE", "rtz")
+    with pytest.raises(ValueError, match="ROUNDING_CORE='rtz'"):
+        fast_fp8.rounding_core(torch.device("cuda"))
 
 
 def test_unknown_path_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

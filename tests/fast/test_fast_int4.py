@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+import fast._triton
 import fast.int4
 import reference.int4
 from fast.cast import PATH_ENV
@@ -261,7 +262,7 @@ def test_forced_triton_on_cpu_needs_the_interpreter(monkeypatch: pytest.MonkeyPa
 
 
 def test_forced_triton_without_triton(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fast.int4, "triton", None)
+    monkeypatch.setattr(fast._triton, "triton", None)
     monkeypatch.setenv(PATH_ENV, "triton")
     with pytest.raises(RuntimeError, match="triton is not installed"):
         tinygemm_unpack(torch.zeros((1, 1, 32, 1), dtype=torch.int32), inner_k_tiles=2)

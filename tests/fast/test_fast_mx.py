@@ -9,14 +9,17 @@ is NaN); ``fast`` zero-fills scale padding, which is checked separately.
 from __future__ import annotations
 
 import importlib
+import inspect
 import itertools
+import types
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
 import reference.cast
-from fast._triton import jit, tl
+from fast._triton import fp8_code, jit, tl
 from fast.dequant.mx import mx as fast_dequant
 from fast.layout import scale_swizzle, scale_unswizzle
 from fast.quant.mx import BLOCKS, EDGES, MX_FORMATS, SCALE_LAYOUTS, SCALE_RULES, USAGES, mx, mx_code
@@ -151,58 +154,121 @@ def test_golden_torchao_vectors_on_both_paths(monkeypatch: pytest.MonkeyPatch) -
 # %% The kernel's rounding core over every bfloat16 value
 
 
-def _mx_code_kernel(
+def _codes_kernel(
     values_ptr,
     codes_ptr,
+    fp8_codes_ptr,
     n,
     MANTISSA_BITS: tl.constexpr,
     BIAS: tl.constexpr,
     MAX_CODE: tl.constexpr,
+    MAX_VALUE: tl.constexpr,
     SIGN_SHIFT: tl.constexpr,
     SIGN_MASK: tl.constexpr,
     SUBNORMAL_ADDEND: tl.constexpr,
+    FP8: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
+    """``mx_code`` of each value, and ``fast._triton.fp8_code`` where FP8 (1 E4M3FN, 2 E5M2)."""
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     value = tl.load(values_ptr + offsets, mask=mask, other=0.0)
-    signed = value.to(tl.int32, bitcast=True)
-    code = mx_code(value, signed, MANTISSA_BITS, BIAS, MAX_CODE, SIGN_SHIFT, SIGN_MASK, SUBNORMAL_ADDEND)
+    code = mx_code(value, MANTISSA_BITS, BIAS, MAX_CODE, MAX_VALUE, SIGN_SHIFT, SIGN_MASK, SUBNORMAL_ADDEND)
     tl.store(codes_ptr + offsets, code.to(tl.uint8), mask=mask)
+    if FP8:
+        tl.store(fp8_codes_ptr + offsets, fp8_code(value, FP8 == 2), mask=mask)
 
 
-@pytest.mark.parametrize("format", MX_FORMATS)
-def test_rounding_core_equals_the_general_cast(monkeypatch: pytest.MonkeyPatch, format: str) -> None:
-    """``mx_code`` (two branches, constant shifts) against ``reference.cast`` (saturating RNE): every finite
-    bfloat16 value, random float32 values and every format value's midpoint neighbourhood."""
-    pytest.importorskip("triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    fmt = fast_mx_module._FORMATS[format]
+def rounding_core_inputs(seed: int, random_count: int) -> np.ndarray:
+    """Every bfloat16 value (both NaN signs, Inf, subnormals) and ``random_count`` random float32 patterns."""
     bf16 = (np.arange(1 << 16, dtype=np.uint32) << 16).view(np.float32)
-    f32 = np.random.default_rng(6).integers(0, 1 << 32, 1 << 16, dtype=np.uint64).astype(np.uint32).view(np.float32)
-    values = np.concatenate([bf16, f32])
-    values = values[np.isfinite(values) | np.isinf(values)]
-    codes = torch.empty(values.size, dtype=torch.uint8)
-    block = 4096
-    jit(_mx_code_kernel)[(-(-values.size // block),)](
-        torch.from_numpy(values),
-        codes,
-        values.size,
-        MANTISSA_BITS=fmt.mantissa_bits,
-        BIAS=fmt.bias,
-        MAX_CODE=fmt.max_code,
-        SIGN_SHIFT=32 - fmt.bits,
-        SIGN_MASK=1 << (fmt.bits - 1),
-        SUBNORMAL_ADDEND=2.0 ** (24 - fmt.bias - fmt.mantissa_bits),
-        BLOCK=block,
-    )
+    f32 = np.random.default_rng(seed).integers(0, 1 << 32, random_count, dtype=np.uint64).astype(np.uint32)
+    return np.concatenate([bf16, f32.view(np.float32)])
+
+
+def expected_codes(values: np.ndarray, format: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """``mx_code``'s contract (saturating RNE, NaN -> +max) and, for FP8, ``fp8_code``'s (NaN -> 0x7F)."""
+    fmt = fast_mx_module._FORMATS[format]
+    nan = np.isnan(values)
     if fmt.bits == 8:
-        expected = reference.cast.fp8(values, format=format, overflow="saturate")["codes"]
-    else:
-        cast = reference.cast.fp6 if fmt.bits == 6 else reference.cast.fp4
-        expected = cast(values, format=format)["codes"]
-    bad = np.flatnonzero(codes.numpy() != expected)
-    assert bad.size == 0, f"{bad.size} codes differ, first x={values[bad[0]]!r} -> 0x{int(codes[bad[0]]):02x}"
+        codes = reference.cast.fp8(values, format=format, overflow="saturate")["codes"]
+        return np.where(nan, fmt.max_code, codes), np.where(nan, 0x7F, codes)
+    cast = reference.cast.fp6 if fmt.bits == 6 else reference.cast.fp4
+    return cast(values, format=format, nan="max")["codes"], None
+
+
+def run_codes_kernel(values: torch.Tensor, format: str) -> tuple[torch.Tensor, torch.Tensor]:
+    fmt = fast_mx_module._FORMATS[format]
+    codes = torch.empty(values.numel(), dtype=torch.uint8, device=values.device)
+    fp8_codes = torch.empty_like(codes)
+    block = 4096
+    with np.errstate(all="ignore"):  # the interpreter computes in NumPy, NaN inputs included
+        jit(_codes_kernel)[(-(-values.numel() // block),)](
+            values,
+            codes,
+            fp8_codes,
+            values.numel(),
+            MANTISSA_BITS=fmt.mantissa_bits,
+            BIAS=fmt.bias,
+            MAX_CODE=fmt.max_code,
+            MAX_VALUE=fmt.max_value,
+            SIGN_SHIFT=32 - fmt.bits,
+            SIGN_MASK=1 << (fmt.bits - 1),
+            SUBNORMAL_ADDEND=2.0 ** (24 - fmt.bias - fmt.mantissa_bits),
+            FP8=fmt.fp8,
+            BLOCK=block,
+        )
+    return codes, fp8_codes
+
+
+CUDA = pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")])
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+@pytest.mark.parametrize("format", MX_FORMATS)
+def test_rounding_core_every_bfloat16_and_random_float32(
+    monkeypatch: pytest.MonkeyPatch, device: str, format: str
+) -> None:
+    """``mx_code`` and, for FP8, ``fp8_code`` against ``reference.cast`` (saturating RNE): every bfloat16 pattern
+    (both NaN signs, Inf, subnormals), float32 boundaries (each code's value, its midpoints and their neighbours,
+    float32 subnormals) and random float32 patterns (2^16 in the interpreter, whose bodies are integer arithmetic;
+    2^24 compiled, where they are a clamp and one float32 add at the binade's step, and ``cvt.rn.satfinite``)."""
+    if device == "cpu":
+        pytest.importorskip("triton")
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    values = np.concatenate([rounding_core_inputs(2, 1 << (16 if device == "cpu" else 24)), boundary_values(format)])
+    codes, fp8_codes = run_codes_kernel(torch.from_numpy(values).to(device), format)
+    expected, expected_fp8 = expected_codes(values, format)
+    for got, want, name in ((codes, expected, "mx_code"), (fp8_codes, expected_fp8, "fp8_code")):
+        if want is None:
+            continue
+        got_np = got.cpu().numpy()
+        bad = np.flatnonzero(got_np != want)
+        assert bad.size == 0, (
+            f"{name}: {bad.size} codes differ; first x={values[bad[0]]!r} (0x{values[bad[0:1]].view(np.uint32)[0]:08x})"
+            f" -> 0x{int(got_np[bad[0]]):02x}, reference 0x{int(want[bad[0]]):02x}"
+        )
+
+
+def boundary_values(format: str) -> np.ndarray:
+    """Every code's value, the midpoints between neighbouring codes and the float32 neighbours of both, with
+    either sign, a few scalings around the largest value, and float32 subnormals."""
+    fmt = fast_mx_module._FORMATS[format]
+    magnitudes = reference_decode_magnitudes(format)
+    midpoints = (magnitudes[:-1] + magnitudes[1:]) / 2
+    points = np.concatenate([magnitudes, midpoints, [fmt.max_value * 1.0625, fmt.max_value * 2, 3.4e38]])
+    bits = points.astype(np.float32).view(np.uint32)
+    near = np.concatenate([bits - 1, bits, bits + 1, np.arange(0, 1 << 12, dtype=np.uint32) * 2047])
+    near = near.view(np.float32)
+    return np.concatenate([near, -near])
+
+
+def reference_decode_magnitudes(format: str) -> np.ndarray:
+    """Non-negative finite values of every code of ``format`` (from ``reference.cast``'s decoder), ascending."""
+    fmt = fast_mx_module._FORMATS[format]
+    codes = np.arange(1 << (fmt.bits - 1), dtype=np.uint8)
+    values = getattr(reference.decode, f"fp{fmt.bits}")(codes, format=format)["values"]
+    return np.unique(values[np.isfinite(values)]).astype(np.float32)
 
 
 # %% Dequantization and layouts
@@ -289,6 +355,59 @@ def test_tile_override_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     x, values = bf16_bits((40, 96), seed=10)
     expected = reference_mx(values, format="float8_e4m3fn", scale_rule="floor")
     assert_conforms(mx(x, format="float8_e4m3fn", scale_rule="floor"), expected, "16x64 tile")
+
+
+class _FakeCompiled:
+    """A ``CompiledKernel`` stand-in: ``[grid]`` gives a runner that records its launches."""
+
+    def __init__(self, launches: list[tuple[Any, ...]]) -> None:
+        self.launches = launches
+
+    def __getitem__(self, grid: tuple[int, int, int]) -> Any:
+        return lambda *args: self.launches.append(("cached", grid, args))
+
+
+@pytest.mark.parametrize("tile", ["32x256x8", None])
+def test_cached_launch_repeats_the_first(monkeypatch: pytest.MonkeyPatch, tile: str | None) -> None:
+    """A plan's second call launches the compiled kernel of its first (fixed tile, or the autotuner's choice)
+    directly, with the same arguments: the runtime ones, then every constexpr in the kernel's signature order."""
+    pytest.importorskip("triton")
+    launches: list[tuple[Any, ...]] = []
+    best = {"BLOCK_M": 16, "BLOCK_K": 256}
+
+    class FakeKernel:
+        def __getitem__(self, grid: Any) -> Any:
+            def launch(*args: Any, **meta: Any) -> _FakeCompiled:
+                size = grid(best)[0] if callable(grid) else grid[0]
+                launches.append(("first", size, args, meta))
+                return _FakeCompiled(launches)
+
+            return launch
+
+        best_config = types.SimpleNamespace(kwargs=best)
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(fast_mx_module, "_LAUNCHES", {})
+    monkeypatch.setattr(fast_mx_module, "_has_fp8_conversion", lambda device: True)
+    monkeypatch.setattr(fast_mx_module, "jit", lambda fn: FakeKernel())
+    monkeypatch.setattr(fast_mx_module, "_tuned_kernel", lambda interpret, rows_of_32: FakeKernel())
+    if tile:
+        monkeypatch.setenv("QCONFORM_MX_TILE", tile)
+    else:
+        monkeypatch.delenv("QCONFORM_MX_TILE", raising=False)
+    plan = fast_mx_module._plan(torch.zeros(64, 512), "float8_e4m3fn", "rceil", "rowwise", "1d", "compact", "te")
+    outputs = fast_mx_module._allocate(torch.zeros(64, 512), plan)
+    x = types.SimpleNamespace(dtype=torch.float32, device=torch.device("cuda", 0))  # what _launch reads of x
+    fast_mx_module._launch(x, plan, outputs)
+    fast_mx_module._launch(x, plan, outputs)
+    (_, size, first_args, meta), (kind, grid, args) = launches
+    names = list(inspect.signature(fast_mx_module._mx_kernel).parameters)
+    bound = dict(zip(names, args, strict=True))
+    tile_meta = {"BLOCK_M": 32, "BLOCK_K": 256, "EVEN": True} if tile else {**best, "EVEN": True}
+    assert kind == "cached"
+    assert grid == (size, 1, 1) == ((64 // tile_meta["BLOCK_M"]) * (512 // 256), 1, 1)
+    assert args[: len(first_args)] == first_args
+    assert all(bound[name] == value for name, value in {**meta, **tile_meta}.items() if name != "num_warps")
 
 
 @pytest.mark.parametrize(

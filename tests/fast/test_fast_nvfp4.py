@@ -146,10 +146,12 @@ def test_dequantize_torch_path(out_dtype: str, scale_rule: str, amax_scope: str)
     check_dequantize(out_dtype, scale_rule, amax_scope)
 
 
-def check_dequantize(out_dtype: str, scale_rule: str, amax_scope: str) -> None:
-    data = torch.randint(0, 256, (24, 40), generator=GENERATOR, dtype=torch.int32).to(torch.uint8)
-    scales = torch.randint(0, 256, (24, 5), generator=GENERATOR, dtype=torch.int32).to(torch.uint8)
-    scale = (torch.rand(24 if amax_scope == "row" else 1, generator=GENERATOR) * 4000).float()
+def check_dequantize(out_dtype: str, scale_rule: str, amax_scope: str, shape: tuple[int, int] = (24, 40)) -> None:
+    """Random data and scale codes (every nibble and E4M3 code, NaN and -0 scales), ``shape`` data bytes."""
+    rows, data_bytes = shape
+    data = torch.randint(0, 256, shape, generator=GENERATOR, dtype=torch.int32).to(torch.uint8)
+    scales = torch.randint(0, 256, (rows, data_bytes // 8), generator=GENERATOR, dtype=torch.int32).to(torch.uint8)
+    scale = (torch.rand(rows if amax_scope == "row" else 1, generator=GENERATOR) * 4000).float()
     scale[0] = float("inf") if amax_scope == "row" else scale[0]
     name = "amax" if scale_rule == "te" else "tensor_scale"
     params = {"scale_rule": scale_rule, "amax_scope": amax_scope, "out_dtype": out_dtype}
@@ -200,8 +202,11 @@ KERNEL_CASES = [
     # (params, shape, input dtype, random bits dtypes)
     ({}, (32, 48), torch.bfloat16, None),
     ({}, (32, 256), torch.bfloat16, None),  # whole tiles: the unmasked (EVEN) variant, columnwise tiling
-    ({"usage": "rowwise"}, (16, 128), torch.bfloat16, None),  # EVEN, rowwise tiling
+    ({"usage": "rowwise"}, (16, 128), torch.bfloat16, None),
+    ({"usage": "rowwise"}, (16, 2048), torch.bfloat16, None),  # whole tiles: the unmasked (EVEN) rowwise kernel
+    ({"usage": "rowwise", "block": "16x16", "zero_scale": "zero"}, (32, 2048), torch.float16, None),
     ({"usage": "rowwise"}, (48, 144), torch.float16, None),
+    ({"usage": "rowwise", "block": "16x16"}, (48, 160), torch.float32, None),
     ({"usage": "columnwise", "block": "16x16"}, (48, 32), torch.float32, None),
     ({"block": "16x16", "rht": True}, (32, 64), torch.bfloat16, None),
     ({"rht": True, "zero_scale": "zero"}, (16, 48), torch.float32, None),
@@ -210,6 +215,14 @@ KERNEL_CASES = [
     ({"scale_rule": "torchao"}, (32, 48), torch.bfloat16, None),
     ({"scale_rule": "torchao_cuda", "usage": "rowwise"}, (16, 64), torch.float32, None),
     ({"rounding": "stochastic"}, (32, 48), torch.bfloat16, (torch.uint8, torch.uint32)),
+    ({"rounding": "stochastic", "usage": "rowwise"}, (16, 2048), torch.bfloat16, (torch.uint8, torch.uint8)),
+    ({"rounding": "stochastic", "usage": "rowwise"}, (16, 80), torch.float32, (torch.uint32, torch.uint8)),
+    (
+        {"rounding": "stochastic", "usage": "rowwise", "block": "16x16"},
+        (16, 48),
+        torch.float16,
+        (torch.uint32, torch.uint8),
+    ),
     (
         {"rounding": "stochastic", "rht": True, "usage": "columnwise"},
         (32, 32),
@@ -244,6 +257,7 @@ def test_kernels_on_special_values() -> None:
 def test_dequantize_kernel(scale_rule: str, amax_scope: str) -> None:
     for out_dtype in ("float32", "bfloat16", "float16"):
         check_dequantize(out_dtype, scale_rule, amax_scope)
+        check_dequantize(out_dtype, scale_rule, amax_scope, shape=(16, 256))  # whole tiles: the unmasked kernel
 
 
 # %% Device functions, on every bfloat16 pattern

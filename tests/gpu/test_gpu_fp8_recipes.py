@@ -1,11 +1,13 @@
 """The FP8 scaling recipes' Triton kernels on a CUDA device against the NumPy reference, bit for bit (``nox -s gpu``).
 
-The oracle is ``reference.quant`` / ``reference.dequant`` (never a path of ``fast``, except that the lean
-rounding is also compared with ``round_to_code`` through ``LEAN_ROUNDING``).  Shapes are large and ragged
-(no dimension a multiple of 128) so that every kernel sees full tiles and tails; special blocks check what
-the GPU's float arithmetic could change: subnormal blocks (a flush-to-zero multiply or division would show),
-NaN blocks (the amax ignores NaN), Inf blocks, zero blocks and single outliers.
-"""
+The oracle is ``reference.quant`` / ``reference.dequant`` (never a path of ``fast``, except that the rounding
+cores are compared with each other: the hardware ``cvt.rn.satfinite`` the kernels use on CUDA against the
+integer ``lean`` core on all 2**32 float32 inputs, and ``lean`` against ``exact``, ``fast._triton.round_to_code``;
+and the division-free power-of-two scale rule against the float64 quotient with its mantissa cleared, on all
+2**31 non-negative float32 amaxes).
+Shapes are large and ragged (no dimension a multiple of 128) so that every kernel sees full tiles and tails;
+special blocks check what the GPU's float arithmetic could change: subnormal blocks (a flush-to-zero multiply or
+division would show), NaN blocks (the amax ignores NaN), Inf blocks, zero blocks and single outliers."""
 
 from __future__ import annotations
 
@@ -14,13 +16,13 @@ import pytest
 import torch
 
 import fast.quant.fp8 as fast_fp8
-import fast.quant.fp8_blockwise as fast_blockwise
 import reference.dequant as reference_dequant
 import reference.quant as reference_quant
+from fast._triton import jit, tl
 from fast.dequant import fp8_block as dequant_block
 from fast.dequant import fp8_tensor as dequant_tensor
 from fast.quant import fp8_block, fp8_delayed, fp8_tensor
-from fast.quant.fp8 import PATH_ENV
+from fast.quant.fp8 import FORMAT_META, FORMATS, PATH_ENV, scale_from_amax
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -101,21 +103,60 @@ def test_block_default_recipe_on_8192_square_bfloat16(block: str) -> None:
     assert_outputs(fp8_block(x, **kwargs), reference_quant.fp8_block(carrier, **kwargs), block)
 
 
-@pytest.mark.parametrize("block", ["1x128", "128x128"])
-def test_lean_rounding_equals_round_to_code(monkeypatch: pytest.MonkeyPatch, block: str) -> None:
-    x, _ = special_input(RAGGED, "float32", seed=9)
-    lean = fp8_block(x, format="float8_e4m3fn", block=block, power_2_scale=False)
-    monkeypatch.setattr(fast_blockwise, "LEAN_ROUNDING", False)
-    exact = fp8_block(x, format="float8_e4m3fn", block=block, power_2_scale=False)
-    assert torch.equal(lean["data"], exact["data"]) and torch.equal(lean["columnwise_data"], exact["columnwise_data"])
+@pytest.mark.parametrize("format", ["float8_e4m3fn", "float8_e5m2"])
+def test_rounding_cores_agree_on_every_float32(monkeypatch: pytest.MonkeyPatch, format: str) -> None:
+    """``hardware`` == ``lean`` == ``exact`` codes of all 2**32 float32 values, through the delayed cast with scale 1.
+
+    ``x * 1`` is ``x`` for every float32 (no flush to zero on the GPU), so the data is the core's code of ``x``.
+    NaN inputs need only give NaN codes (the hardware drops the sign).
+    """
+    chunk = 1 << 28
+    base = torch.arange(chunk, dtype=torch.int32, device="cuda")
+    history, one = torch.zeros(1, device="cuda"), torch.ones(1, device="cuda")
+    nan_magnitude = (lambda c: c == 0x7F) if format == "float8_e4m3fn" else (lambda c: c > 0x7C)
+
+    def codes(x: torch.Tensor, core: str) -> torch.Tensor:
+        monkeypatch.setattr(fast_fp8, "ROUNDING_CORE", core)
+        return fp8_delayed(x, history, one, format=format, usage="rowwise")["data"]
+
+    mismatches = {"lean": 0, "exact": 0, "nan": 0}
+    for start in range(-(1 << 31), 1 << 31, chunk):
+        x = (base + start).view(torch.float32).reshape(1 << 14, 1 << 14)
+        nan = torch.isnan(x)
+        hardware, lean = codes(x, "hardware"), codes(x, "lean")
+        mismatches["lean"] += int(((hardware != lean) & ~nan).sum())
+        mismatches["nan"] += int((~nan_magnitude(hardware[nan] & 0x7F)).sum())
+        mismatches["exact"] += int((lean != codes(x, "exact")).sum())
+    assert mismatches == {"lean": 0, "exact": 0, "nan": 0}
+
+
+def _pow2_rule_kernel(
+    count_ptr, start, epsilon, value_for_inf, FP8_MAX: tl.constexpr, MAX_BITS: tl.constexpr, BLOCK: tl.constexpr
+):
+    bits = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    amax = bits.to(tl.float32, bitcast=True)
+    pow2 = scale_from_amax(amax, epsilon, value_for_inf, FP8_MAX, MAX_BITS, True).to(tl.int32, bitcast=True)
+    divided = scale_from_amax(amax, epsilon, value_for_inf, FP8_MAX, MAX_BITS, False).to(tl.int32, bitcast=True)
+    tl.atomic_add(count_ptr, tl.sum((pow2 != (divided & -8388608)).to(tl.int32), axis=0))
+
+
+@pytest.mark.parametrize("format", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize(("epsilon", "value_for_inf"), [(0.0, 3.4028234663852886e38), (1e-4, 3.3895313892515355e38)])
+def test_pow2_scale_rule_on_every_float32(format: str, epsilon: float, value_for_inf: float) -> None:
+    """The integer power-of-two scale is ``bits(fl32(fp8_max / amax)) & 0xFF800000`` for every amax >= +0 and NaN."""
+    block, chunk = 4096, 1 << 28
+    count = torch.zeros(1, dtype=torch.int32, device="cuda")
+    meta = {"FP8_MAX": FORMATS[format].max_value, "MAX_BITS": FORMAT_META[format]["MAX_BITS"], "BLOCK": block}
+    for start in range(0, 1 << 31, chunk):
+        jit(_pow2_rule_kernel)[(chunk // block,)](count, start, float(F32(epsilon)), value_for_inf, **meta)
+    assert int(count.item()) == 0
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("lean", [True, False])
-def test_tensor_matches_reference(monkeypatch: pytest.MonkeyPatch, dtype: str, lean: bool) -> None:
-    monkeypatch.setattr(fast_fp8, "LEAN_ROUNDING", lean)
+@pytest.mark.parametrize("core", [None, "lean"])
+def test_tensor_matches_reference(monkeypatch: pytest.MonkeyPatch, dtype: str, core: str | None) -> None:
+    monkeypatch.setattr(fast_fp8, "ROUNDING_CORE", core)
     x, carrier = special_input(RAGGED, dtype, seed=5)
-    x[256:384, :128] = float("nan")
     for kwargs in ({"format": "float8_e4m3fn"}, {"format": "float8_e5m2", "power_2_scale": True, "usage": "rowwise"}):
         assert_outputs(
             fp8_tensor(x, x_dtype=dtype, **kwargs),
@@ -156,6 +197,25 @@ def test_delayed_matches_reference(update: str, algo: str) -> None:
             carrier if step % 2 else np.zeros_like(carrier), history, scale, **kwargs
         )
         assert_outputs(got, expected, f"step {step} {kwargs}")
+
+
+def test_one_long_row() -> None:
+    """The ragged input flattened: M = 1, K = 8415247 > 65535 * 128 (the grids are 1-D: no K tiles on axis 1)."""
+    x, carrier = special_input(RAGGED, "bfloat16", seed=17)
+    x, carrier = x.reshape(-1), carrier.reshape(-1)
+    kwargs = {"format": "float8_e4m3fn", "x_dtype": "bfloat16"}
+    assert_outputs(fp8_tensor(x, **kwargs), reference_quant.fp8_tensor(carrier, **kwargs), "tensor")
+    for block in ("1x128", "128x128"):
+        got = fp8_block(x, block=block, **kwargs)
+        assert_outputs(got, reference_quant.fp8_block(carrier, block=block, **kwargs), block)
+        for operand, prefix in (("rowwise", ""), ("columnwise", "columnwise_")):
+            data, scale_inv = got[f"{prefix}data"], got[f"{prefix}scale_inv"]
+            args = {"format": "float8_e4m3fn", "block": block, "operand": operand}
+            expected = reference_dequant.fp8_block(data.cpu().numpy(), scale_inv.cpu().numpy(), **args)
+            assert_outputs(dequant_block(data, scale_inv, **args), expected, f"dequant {block} {operand}")
+    history, scale = np.array([0.0, 3.0], dtype=F32), np.array([2.0], dtype=F32)
+    got = fp8_delayed(x, torch.from_numpy(history).cuda(), torch.from_numpy(scale).cuda(), format="float8_e4m3fn")
+    assert_outputs(got, reference_quant.fp8_delayed(carrier, history, scale, format="float8_e4m3fn"), "delayed")
 
 
 @pytest.mark.parametrize("out_dtype", ["float32", "bfloat16", "float16"])

@@ -2,12 +2,14 @@
 
 - torch's ``_convert_weight_to_int4pack`` equals ``reference.int4.tinygemm_pack`` and ``fast.int4``'s
   Triton pack (both weight forms), for every ``inner_k_tiles`` and a ragged ``N``;
-- ``unpack(pack(q)) == q`` with the Triton kernels;
-- the Triton dequant equals the kernel's own dequant, ``_weight_int4pack_mm(eye(K), packed, gs, sz).t()``,
-  bit for bit, for every ``inner_k_tiles`` and group size, with the hardware ``fma.rn.bf16x2`` and
-  with the float32 emulation, on scales and zeros that include double-rounding traps (a bfloat16
-  midpoint product plus a tiny zero).  The identity matmul turns ``-0`` into ``+0`` (an fp32
-  accumulator starts at ``+0``), so zeros are compared without their sign; inputs are finite;
+- ``unpack(pack(q)) == q`` with the Triton kernels, for our pack and torch's;
+- the Triton dequant equals the kernel's own dequant, ``_weight_int4pack_mm(eye(K), packed, gs, sz).t()``
+  (``a @ w.T`` with ``a = eye(K)`` is ``w.T``), bit for bit, for every ``inner_k_tiles`` and group size
+  (``N = 256``, ``K = 2048``, and ``K = 8192`` once), with the hardware ``fma.rn.bf16x2`` and with the
+  float32 emulation, on scales and zeros that include double-rounding traps (a bfloat16 midpoint
+  product plus a tiny zero); the two-rounding dequant differs from it on some weights, so the
+  comparison can fail.  The identity matmul turns ``-0`` into ``+0`` (an fp32 accumulator starts at
+  ``+0``), so zeros are compared without their sign; inputs are finite;
 - the two-rounding dequant equals torchao's Python dequant run by torch on CUDA;
 - ``quant.affine``: torchao's formulas run by torch on CUDA divide by a Python number as a multiply
   by the float32 reciprocal (``scalar_division="reciprocal"``), and ``fast`` gives the reference's
@@ -98,14 +100,21 @@ def unsigned_zero_bits(w: torch.Tensor) -> torch.Tensor:
     return torch.where(bits == -32768, torch.zeros_like(bits), bits)
 
 
-@pytest.mark.parametrize("ikt", INNER_K_TILES)
-@pytest.mark.parametrize("gs", GROUP_SIZES)
-def test_dequant_equals_the_kernels_identity_matmul_dequant(ikt: int, gs: int) -> None:
+@pytest.mark.parametrize(
+    ("ikt", "gs", "k"),
+    [(ikt, gs, K) for ikt in INNER_K_TILES for gs in GROUP_SIZES] + [(8, 128, 8192)],
+)
+def test_dequant_equals_the_kernels_identity_matmul_dequant(ikt: int, gs: int, k: int) -> None:
+    """Bits of the dequant (both FMA paths and the reference) against ``_weight_int4pack_mm(eye(K))``, and the unpack.
+
+    The test can fail: the two-rounding dequant must differ from the identity matmul on some weights.
+    """
     n = 256
-    q = random_q(n, K, seed=gs + ikt).cuda()
+    q = random_q(n, k, seed=gs + ikt + k).cuda()
     packed = torch_pack(q.cpu(), ikt)
-    sz = scales_and_zeros(K // gs, n, seed=gs * ikt)
-    eye = torch.eye(K, dtype=torch.bfloat16, device="cuda")
+    assert torch.equal(tinygemm_unpack(packed, inner_k_tiles=ikt)["q"], q), "unpack(torch's pack(q)) != q"
+    sz = scales_and_zeros(k // gs, n, seed=gs * ikt + k)
+    eye = torch.eye(k, dtype=torch.bfloat16, device="cuda")
     expected = unsigned_zero_bits(torch.ops.aten._weight_int4pack_mm(eye, packed, gs, sz).t())
     hardware = tinygemm_dequant(packed, sz, inner_k_tiles=ikt, group_size=gs)["w"]
     emulated = torch.empty_like(hardware)
@@ -113,6 +122,8 @@ def test_dequant_equals_the_kernels_identity_matmul_dequant(ikt: int, gs: int) -
     for name, got in (("fma.rn.bf16x2", hardware), ("float32 emulation", emulated)):
         bad = int((unsigned_zero_bits(got) != expected).sum())
         assert bad == 0, f"{name}: {bad} of {expected.numel()} differ from _weight_int4pack_mm(eye)"
+    two_roundings = tinygemm_dequant(packed, sz, inner_k_tiles=ikt, group_size=gs, rounding="mul_add")["w"]
+    assert (unsigned_zero_bits(two_roundings) != expected).any(), "the identity matmul cannot tell the roundings apart"
     sz_carrier = (sz.cpu().view(torch.int16).numpy().view(np.uint16).astype(np.uint32) << 16).view(np.float32)
     reference = reference_dequant(packed.cpu().numpy(), sz_carrier, inner_k_tiles=ikt, group_size=gs)["w"]
     ref_bits = torch.from_numpy((reference.view(np.uint32) >> 16).astype(np.uint16).view(np.int16))

@@ -18,11 +18,9 @@ import numpy as np
 import pytest
 import torch
 
-import reference.cast
-from fast._triton import jit, tl
 from fast.dequant.mx import mx as fast_dequant
 from fast.layout import scale_swizzle, scale_unswizzle
-from fast.quant.mx import BLOCKS, EDGES, MX_FORMATS, SCALE_LAYOUTS, SCALE_RULES, USAGES, mx, mx_code
+from fast.quant.mx import BLOCKS, EDGES, MX_FORMATS, SCALE_LAYOUTS, SCALE_RULES, USAGES, mx
 from reference.dequant.mx import mx as reference_dequant
 from reference.layout import scale_swizzle as reference_swizzle
 from reference.quant.mx import mx as reference_mx
@@ -135,6 +133,23 @@ def test_benchmark_shape_against_the_torch_path(monkeypatch: pytest.MonkeyPatch,
         assert torch.equal(kernel[name], torch_path[name]), name
 
 
+def test_cached_launch_and_graph_capture(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Autotuned: the first call (Triton's JITFunction), a repeated call (the cached ``CompiledKernel`` launch) and a
+    call captured in a CUDA graph and replayed all give the reference's bytes."""
+    monkeypatch.delenv("QCONFORM_MX_TILE")
+    x, values = blocky((1024, 2048), seed=7)
+    params = {"format": "float8_e4m3fn", "scale_rule": "rceil", "usage": "both", "scale_layout": "swizzled"}
+    expected = reference_mx(values, **params)
+    first = mx(x, **params)
+    again = mx(x, **params)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = mx(x, **params)
+    graph.replay()
+    for got, what in ((first, "first call"), (again, "cached launch"), (captured, "graph replay")):
+        assert_conforms(got, expected, what)
+
+
 def test_golden_torchao_vectors() -> None:
     with np.load("tests/vectors/torchao018_to_mx_h100.npz") as archive:
         vectors = {name: archive[name] for name in archive.files}
@@ -147,57 +162,6 @@ def test_golden_torchao_vectors() -> None:
         out = mx(x, format=format, scale_rule=rule)
         assert np.array_equal(out["data_rowwise"].cpu().numpy(), vectors[f"{prefix}data_{rule.upper()}"])
         assert np.array_equal(out["scale_rowwise"][:64, :8].cpu().numpy(), vectors[f"{prefix}scale_{rule.upper()}"])
-
-
-def _mx_code_kernel(
-    values_ptr,
-    codes_ptr,
-    n,
-    MANTISSA_BITS: tl.constexpr,
-    BIAS: tl.constexpr,
-    MAX_CODE: tl.constexpr,
-    SIGN_SHIFT: tl.constexpr,
-    SIGN_MASK: tl.constexpr,
-    SUBNORMAL_ADDEND: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    value = tl.load(values_ptr + offsets, mask=mask, other=0.0)
-    code = mx_code(
-        value, value.to(tl.int32, bitcast=True), MANTISSA_BITS, BIAS, MAX_CODE, SIGN_SHIFT, SIGN_MASK, SUBNORMAL_ADDEND
-    )
-    tl.store(codes_ptr + offsets, code.to(tl.uint8), mask=mask)
-
-
-@pytest.mark.parametrize("format", MX_FORMATS)
-def test_rounding_core_every_bfloat16_and_random_float32(format: str) -> None:
-    """The compiled ``mx_code`` (float32 add for subnormal codes, integer RNE for normal ones) against
-    ``reference.cast``: every non-NaN bfloat16 value and 2^24 random non-NaN float32 values."""
-    fmt = fast_mx_module._FORMATS[format]
-    bf16 = (np.arange(1 << 16, dtype=np.uint32) << 16).view(np.float32)
-    f32 = np.random.default_rng(2).integers(0, 1 << 32, 1 << 24, dtype=np.uint64).astype(np.uint32).view(np.float32)
-    values = np.concatenate([bf16, f32])
-    values = values[~np.isnan(values)]
-    codes = torch.empty(values.size, dtype=torch.uint8, device="cuda")
-    jit(_mx_code_kernel)[(-(-values.size // 4096),)](
-        torch.from_numpy(values).cuda(),
-        codes,
-        values.size,
-        MANTISSA_BITS=fmt.mantissa_bits,
-        BIAS=fmt.bias,
-        MAX_CODE=fmt.max_code,
-        SIGN_SHIFT=32 - fmt.bits,
-        SIGN_MASK=1 << (fmt.bits - 1),
-        SUBNORMAL_ADDEND=2.0 ** (24 - fmt.bias - fmt.mantissa_bits),
-        BLOCK=4096,
-    )
-    if fmt.bits == 8:
-        expected = reference.cast.fp8(values, format=format, overflow="saturate")["codes"]
-    else:
-        expected = (reference.cast.fp6 if fmt.bits == 6 else reference.cast.fp4)(values, format=format)["codes"]
-    bad = np.flatnonzero(codes.cpu().numpy() != expected)
-    assert bad.size == 0, f"{bad.size} codes differ; first x={values[bad[0]]!r}"
 
 
 @pytest.mark.parametrize("format", MX_FORMATS)

@@ -3,9 +3,9 @@ bit for bit (run by ``nox -s gpu``).
 
 Inputs: every bfloat16 pattern laid out as a 256 x 256 matrix (NaN, Inf, subnormals: the scale edge cases
 and blocks whose scale rounds to zero); 2048 x 4096 matrices of normal values whose 16-element blocks span
-2**±20 (so every E4M3 block scale occurs); an irregular 1040 x 4112 shape (ragged tiles in both
-directions); float32 and float16 inputs.  The reference runs on the host (about a second per operand of 2^23
-elements).
+2**±20 (so every E4M3 block scale occurs; whole tiles of every kernel); an irregular 1040 x 4112 shape
+(ragged tiles in both directions); float32 and float16 inputs.  The reference runs on the host (about a
+second per operand of 2^23 elements).
 """
 
 from __future__ import annotations
@@ -117,28 +117,38 @@ def test_row_scaled() -> None:
         assert_same(x, amax_scope="row", usage="rowwise")
 
 
+def random_bits(shape: tuple[int, int], dtype: torch.dtype, generator: torch.Generator) -> torch.Tensor:
+    drawn = torch.randint(-(2**31), 2**31, shape, generator=generator, dtype=torch.int64).to(torch.int32)
+    return drawn.view(torch.uint32) if dtype == torch.uint32 else drawn.to(torch.uint8)
+
+
 @pytest.mark.parametrize(("rows_dtype", "columns_dtype"), [(torch.uint8, torch.uint8), (torch.uint32, torch.uint8)])
 def test_stochastic_with_explicit_bits(rows_dtype: torch.dtype, columns_dtype: torch.dtype) -> None:
     generator = torch.Generator().manual_seed(11)
     for x, rht in ((every_bfloat16(), False), (spread_matrix(1040, 4112, torch.bfloat16), True)):
         rows, cols = x.shape
-
-        def bits(shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
-            drawn = torch.randint(-(2**31), 2**31, shape, generator=generator, dtype=torch.int64).to(torch.int32)
-            return drawn.view(torch.uint32) if dtype == torch.uint32 else drawn.to(torch.uint8)
-
         assert_same(
             x,
             rounding="stochastic",
             rht=rht,
-            random_bits=bits((rows, cols), rows_dtype),
-            columnwise_random_bits=bits((cols, rows), columns_dtype),
+            random_bits=random_bits((rows, cols), rows_dtype, generator),
+            columnwise_random_bits=random_bits((cols, rows), columns_dtype, generator),
         )
+
+
+@pytest.mark.parametrize("bits_dtype", [torch.uint8, torch.uint32])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
+def test_rowwise_stochastic(bits_dtype: torch.dtype, dtype: torch.dtype) -> None:
+    """The rowwise kernel's stochastic path, on whole tiles and on ragged ones."""
+    generator = torch.Generator().manual_seed(12)
+    for x in (every_bfloat16().to(dtype), spread_matrix(2048, 4096, dtype), spread_matrix(1040, 4112, dtype)):
+        bits = random_bits(tuple(x.shape), bits_dtype, generator)
+        assert_same(x, usage="rowwise", rounding="stochastic", random_bits=bits)
 
 
 def test_kernels_match_the_torch_path_on_a_large_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
     x = spread_matrix(8192, 8192, torch.bfloat16).cuda()
-    for params in ({"usage": "both"}, {"usage": "both", "rht": True, "block": "16x16"}):
+    for params in ({"usage": "rowwise"}, {"usage": "both"}, {"usage": "both", "rht": True, "block": "16x16"}):
         kernel = fast_nvfp4(x, **params)
         monkeypatch.setenv(PATH_ENV, "torch")
         torch_path = fast_nvfp4(x, **params)
@@ -147,13 +157,16 @@ def test_kernels_match_the_torch_path_on_a_large_matrix(monkeypatch: pytest.Monk
             assert torch.equal(kernel[name].view(torch.uint8), torch_path[name].view(torch.uint8)), name
 
 
+@pytest.mark.parametrize("shape", [(1040, 2056), (1024, 2048)], ids=["ragged", "whole_tiles"])
 @pytest.mark.parametrize("out_dtype", ["float32", "bfloat16", "float16"])
-def test_dequantize(out_dtype: str) -> None:
+def test_dequantize(out_dtype: str, shape: tuple[int, int]) -> None:
+    """Random bytes and scale codes: every E2M1 code (0x8 is -0), every E4M3 code (0x80 is -0, 0x7F/0xFF NaN)."""
     generator = torch.Generator().manual_seed(5)
-    data = torch.randint(0, 256, (1040, 2056), generator=generator, dtype=torch.int32).to(torch.uint8)
-    scales = torch.randint(0, 256, (1040, 257), generator=generator, dtype=torch.int32).to(torch.uint8)
+    rows, data_bytes = shape
+    data = torch.randint(0, 256, shape, generator=generator, dtype=torch.int32).to(torch.uint8)
+    scales = torch.randint(0, 256, (rows, data_bytes // 8), generator=generator, dtype=torch.int32).to(torch.uint8)
     for rule, scope in (("te", "tensor"), ("te", "row"), ("torchao", "tensor")):
-        scale = torch.rand(1040 if scope == "row" else 1, generator=generator) * 3000
+        scale = torch.rand(rows if scope == "row" else 1, generator=generator) * 3000
         name = "amax" if rule == "te" else "tensor_scale"
         params = {"scale_rule": rule, "amax_scope": scope, "out_dtype": out_dtype}
         got = fast_dequantize(data.cuda(), scales.cuda(), **{name: scale.cuda()}, **params)["x"].cpu().numpy()
