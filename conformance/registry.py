@@ -6,10 +6,18 @@ and then checked semantically (defaults inside their domains, expressions that r
 known names, value classes that name known formats).  Any problem is a ``SpecError``
 naming the file, the line, the key path and what was expected; nothing runs on an
 invalid spec.
+
+*Member params* describe the members of a grouped tensor: a param with ``members: <count>``
+is a list of ``<count>`` ints (``<count>`` an expression over earlier params), each within
+``range`` and a multiple of ``multiple_of``, drawn per case.  Dim bounds, constraints and
+output shapes may add an expression over the members with ``sum(...)``: inside it, each
+member param stands for one member's value (``sum(first_dims * last_dims)``).  The sums are
+resolved here (:meth:`Spec.resolve`) before the expression evaluator sees them.
 """
 
 from __future__ import annotations
 
+import ast
 import builtins
 import fnmatch
 import functools
@@ -17,12 +25,13 @@ import hashlib
 import importlib
 import itertools
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jsonschema
+import numpy as np
 import yaml
 
 from conformance.carriers import DTYPES
@@ -48,7 +57,9 @@ def default_spec_dir() -> Path:
 
 @dataclass(frozen=True)
 class Param:
-    """A contract parameter: a finite domain (``values``) or an integer ``range``."""
+    """A contract parameter: a finite domain (``values``), an integer ``range``, or, with ``members``,
+    a list of ``members`` ints (an expression over earlier params), each in ``range`` and a multiple
+    of ``multiple_of`` (an expression over params)."""
 
     name: str
     default: Any
@@ -56,6 +67,8 @@ class Param:
     range: tuple[int, int] | None = None
     doc: str = ""
     sources: Mapping[str, str] = field(default_factory=dict)
+    members: str | None = None
+    multiple_of: int | str = 1
 
     @property
     def finite(self) -> bool:
@@ -105,8 +118,20 @@ class Spec:
         for name, p in (self.raw.get("params") or {}).items():
             values = tuple(p["values"]) if "values" in p else None
             rng = tuple(p["range"]) if "range" in p else None
-            out[name] = Param(name, p["default"], values, rng, p.get("doc", ""), p.get("sources", {}))
+            members = str(p["members"]) if "members" in p else None
+            default = list(p["default"]) if members is not None else p["default"]
+            doc, sources, step = p.get("doc", ""), p.get("sources", {}), p.get("multiple_of", 1)
+            out[name] = Param(name, default, values, rng, doc, sources, members, step)
         return out
+
+    @property
+    def member_params(self) -> tuple[str, ...]:
+        """Names of the member params (lists of one int per member of a grouped tensor)."""
+        return tuple(name for name, p in self.params.items() if p.members is not None)
+
+    def resolve(self, source: str | int, params: Mapping[str, Any]) -> str | int:
+        """``source`` with every ``sum(e)`` replaced by the sum of ``e`` over the members (module docstring)."""
+        return _resolve_member_sums(source, params, self.member_params)
 
     @property
     def inputs(self) -> Mapping[str, Mapping[str, Any]]:
@@ -121,8 +146,13 @@ class Spec:
         return self.raw["outputs"]
 
     def active_outputs(self, params: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-        """The outputs that exist for ``params`` (those whose ``when`` holds, or has none)."""
-        return {n: d for n, d in self.outputs.items() if "when" not in d or bool(evaluate(d["when"], params))}
+        """The outputs that exist for ``params`` (those whose ``when`` holds, or has none), their
+        ``shape`` with the member sums of ``params`` resolved."""
+        return {
+            n: {**d, "shape": self.resolve(d["shape"], params)}
+            for n, d in self.outputs.items()
+            if "when" not in d or bool(evaluate(d["when"], params))
+        }
 
     @property
     def dims(self) -> Mapping[str, Mapping[str, Any]]:
@@ -165,7 +195,7 @@ class Spec:
         """
         finite = [p for p in self.params.values() if p.finite]
         names = {p.name for p in finite}
-        row_rules = [c for c in self.constraints if names_in(c) <= names]
+        row_rules = [c for c in self.constraints if _names(_member_sums(c)[0]) <= names]
         combos = [
             dict(zip((p.name for p in finite), combo, strict=False))
             for combo in itertools.product(*(p.values or () for p in finite))
@@ -189,6 +219,63 @@ class Spec:
         module = importlib.import_module(f"reference.{self.family}")
         function: Callable[..., Mapping[str, Any]] = getattr(module, self.function_name)
         return function
+
+
+_PLACEHOLDER = "__sum{}__"
+
+
+@functools.cache
+def _member_sums(source: str) -> tuple[str, tuple[str, ...]]:
+    """``source`` with each ``sum(inner)`` call replaced by a placeholder name, and the ``inner`` expressions."""
+    try:
+        tree = ast.parse(source, mode="eval")
+    except SyntaxError:
+        return source, ()  # the expression checker reports it with its position
+    inners: list[str] = []
+
+    class _Sums(ast.NodeTransformer):
+        def visit_Call(self, node: ast.Call) -> ast.AST:
+            if not (isinstance(node.func, ast.Name) and node.func.id == "sum"):
+                return self.generic_visit(node)
+            if len(node.args) != 1 or node.keywords:
+                raise SpecError(f"expression {source!r}: sum takes one expression over the member params")
+            inners.append(ast.unparse(node.args[0]))
+            return ast.copy_location(ast.Name(_PLACEHOLDER.format(len(inners) - 1), ast.Load()), node)
+
+    return ast.unparse(_Sums().visit(tree)), tuple(inners)
+
+
+@functools.cache
+def _names(source: str) -> frozenset[str]:
+    return frozenset(names_in(source))
+
+
+def _replace_member_sums(source: str, total: Callable[[str], int]) -> str:
+    """``source`` with each ``sum(inner)`` call replaced by the constant ``total(inner)``."""
+    template, inners = _member_sums(source)
+    for i, inner in enumerate(inners):
+        template = template.replace(_PLACEHOLDER.format(i), str(total(inner)))
+    return template
+
+
+def _resolve_member_sums(source: str | int, params: Mapping[str, Any], members: Sequence[str]) -> str | int:
+    """``source`` with ``sum(e)`` replaced by the sum of ``e`` over the members of ``params``.
+
+    ``e`` is evaluated once, its member params as integer arrays (so it may use arithmetic,
+    comparisons, ``ceil_div`` and ``round_up``, elementwise), and the elements are added.
+    """
+    if not isinstance(source, str) or "sum" not in source:
+        return source
+
+    def total(inner: str) -> int:
+        used = sorted(_names(inner) & set(members))
+        lengths = {m: len(params[m]) for m in used}
+        if len(set(lengths.values())) != 1:
+            raise SpecError(f"sum({inner}) needs member params of one length; got {lengths}")
+        arrays = {m: np.asarray(params[m], dtype=np.int64) for m in used}
+        return int(np.sum(evaluate(inner, {**params, **arrays})))
+
+    return _replace_member_sums(source, total)
 
 
 # -- loading -------------------------------------------------------------------------------
@@ -253,19 +340,22 @@ def _check_semantics(path: Path, tree: yaml.Node, raw: Mapping[str, Any]) -> Non
             path, tree, ["contract"], f"{raw['contract']!r} must live in specs/{raw['contract'].replace('.', '/')}.yaml"
         )
     params = raw.get("params") or {}
+    members = {name for name, p in params.items() if "members" in p}
     for name, p in params.items():
         if "values" in p and p["default"] not in p["values"]:
             raise _fail(path, tree, ["params", name, "default"], f"got {p['default']!r}, expected one of {p['values']}")
-        if "range" in p and not (p["range"][0] <= p["default"] <= p["range"][1]):
+        if name in members:
+            _check_member_param(path, tree, name, p, params)
+        elif "range" in p and not (p["range"][0] <= p["default"] <= p["range"][1]):
             raise _fail(path, tree, ["params", name, "default"], f"got {p['default']!r}, expected within {p['range']}")
     dims = raw.get("dims") or {}
     known = set(params) | set(dims) | set(raw["inputs"])
     for name, d in dims.items():
         for key in ("min", "max", "multiple_of"):
             if isinstance(d.get(key), str):
-                _check_expr(path, tree, ["dims", name, key], d[key], known)
+                _check_expr(path, tree, ["dims", name, key], d[key], known, members)
     for i, c in enumerate(raw.get("constraints") or []):
-        _check_expr(path, tree, ["constraints", i], c, known)
+        _check_expr(path, tree, ["constraints", i], c, known, members)
     for name, spec in raw["inputs"].items():
         if "when" in spec:
             _check_expr(path, tree, ["inputs", name, "when"], spec["when"], set(params))
@@ -296,14 +386,45 @@ def _check_semantics(path: Path, tree: yaml.Node, raw: Mapping[str, Any]) -> Non
         if out["dtype"] not in DTYPES and out["dtype"].removesuffix(".dtype") not in raw["inputs"]:
             expected = f"one of {sorted(DTYPES)} or <input>.dtype"
             raise _fail(path, tree, ["outputs", name, "dtype"], f"got {out['dtype']!r}, expected {expected}")
-        _check_expr(path, tree, ["outputs", name, "shape"], out["shape"], known)
+        _check_expr(path, tree, ["outputs", name, "shape"], out["shape"], known, members)
         if "when" in out:
             _check_expr(path, tree, ["outputs", name, "when"], out["when"], set(params))
 
 
-def _check_expr(path: Path, tree: yaml.Node, keys: list[Any], source: str, known: set[str]) -> None:
+def _check_member_param(
+    path: Path, tree: yaml.Node, name: str, p: Mapping[str, Any], params: Mapping[str, Any]
+) -> None:
+    """A member param: ``members`` and ``multiple_of`` over the finite params and the range params declared
+    before it (the order in which random cases draw them), a default list that fits ``range``."""
+    keys = ["params", name]
+    earlier = list(params)[: list(params).index(name)]
+    scalars = {n for n, q in params.items() if "values" in q} | {n for n in earlier if "members" not in params[n]}
+    _check_expr(path, tree, [*keys, "members"], str(p["members"]), scalars)
+    if isinstance(p.get("multiple_of"), str):
+        _check_expr(path, tree, [*keys, "multiple_of"], p["multiple_of"], scalars)
+    defaults = {n: q["default"] for n, q in params.items()}
+    count = int(evaluate(str(p["members"]), defaults))
+    step = int(evaluate(p.get("multiple_of", 1), defaults))
+    lo, hi = p["range"]
+    default = p["default"]
+    if not isinstance(default, list) or len(default) != count or any(not lo <= v <= hi or v % step for v in default):
+        expected = f"a list of {count} ints within {p['range']}, multiples of {step}"
+        raise _fail(path, tree, [*keys, "default"], f"got {default!r}, expected {expected}")
+
+
+def _check_expr(
+    path: Path, tree: yaml.Node, keys: list[Any], source: str, known: set[str], members: Collection[str] = ()
+) -> None:
+    """``source`` parses and reads ``known`` names; each ``sum(inner)`` reads a member param (module docstring)."""
+
+    def inner_checked(inner: str) -> int:
+        check_expression(inner, known)
+        if not names_in(inner) & set(members):
+            raise SpecError(f"sum({inner}) reads no member param; the member params are {sorted(members)}")
+        return 0
+
     try:
-        check_expression(source, known)
+        check_expression(_replace_member_sums(source, inner_checked), known)
     except SpecError as exc:
         raise _fail(path, tree, keys, str(exc)) from None
 

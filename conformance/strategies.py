@@ -5,7 +5,10 @@ input dtype and every boundary value of range parameters, on boundary shapes: em
 smallest, ragged); ``case_strategy`` is the hypothesis strategy for random cases, whose
 shrinking reduces shapes towards the smallest valid dims and values towards simple ones.
 Dims honour ``min``/``max``/``multiple_of`` (expressions over params and earlier dims) and
-the spec's ``constraints``.
+the spec's ``constraints``.  Member params (a list of one int per member of a grouped tensor)
+are drawn all equal or each on its own; boundary cases give them the smallest members, all
+members equal, ragged members (an empty one among them where the range allows) and the
+mixtures of those across member params, so that every way the members' shapes can vary is run.
 """
 
 from __future__ import annotations
@@ -38,9 +41,9 @@ def input_dtypes(decl: Mapping[str, Any], params: Mapping[str, Any]) -> list[str
 
 def _dim_bounds(spec: Spec, name: str, scope: Mapping[str, Any]) -> tuple[int, int, int]:
     d = spec.dims[name]
-    lo = int(evaluate(d.get("min", 0), scope))
-    hi = int(evaluate(d.get("max", DEFAULT_MAX_DIM), scope))
-    step = int(evaluate(d.get("multiple_of", 1), scope))
+    lo = int(evaluate(spec.resolve(d.get("min", 0), scope), scope))
+    hi = int(evaluate(spec.resolve(d.get("max", DEFAULT_MAX_DIM), scope), scope))
+    step = int(evaluate(spec.resolve(d.get("multiple_of", 1), scope), scope))
     if step <= 0:
         raise ValueError(f"{spec.contract}: dims.{name}.multiple_of evaluated to {step}, expected > 0")
     return lo, hi, step
@@ -70,7 +73,19 @@ def _scalar_scope(params: Mapping[str, Any], dims: Mapping[str, Any]) -> dict[st
 def _constraints_hold(spec: Spec, params: Mapping[str, Any], dims: Mapping[str, Any]) -> bool:
     scope = _scalar_scope(params, dims)
     shapes = {name: shape_of(spec, name, dims) for name in spec.active_inputs(params)}
-    return all(bool(evaluate(c, scope, shapes)) for c in spec.constraints)
+    return all(bool(evaluate(spec.resolve(c, scope), scope, shapes)) for c in spec.constraints)
+
+
+def _member_choices(spec: Spec, name: str, params: Mapping[str, Any]) -> tuple[int, list[int]]:
+    """A member param's count and its valid values (``range`` and ``multiple_of``) under ``params``."""
+    p = spec.params[name]
+    assert p.members is not None and p.range is not None
+    count = int(evaluate(p.members, params))
+    step = int(evaluate(p.multiple_of, params))
+    if count < 0 or step <= 0:
+        problem = f"members={count} and multiple_of={step}, expected >= 0 and > 0"
+        raise ValueError(f"{spec.contract}: params.{name}: {problem}")
+    return count, _valid_values(p.range[0], p.range[1], step)
 
 
 def _seeded_rng(*parts: Any) -> np.random.Generator:
@@ -106,7 +121,15 @@ def case_strategy(spec: Spec, fixed: Mapping[str, Any]) -> st.SearchStrategy[Cas
     def build(draw: st.DrawFn) -> Case:
         params = dict(fixed)
         for p in spec.params.values():
-            if not p.finite:
+            if p.members is not None:
+                count, choices = _member_choices(spec, p.name, params)
+                assume(choices)
+                if draw(st.booleans(), label=f"{p.name} all equal"):
+                    params[p.name] = (draw(st.sampled_from(choices), label=p.name),) * count
+                else:
+                    each = st.lists(st.sampled_from(choices), min_size=count, max_size=count)
+                    params[p.name] = tuple(draw(each, label=p.name))
+            elif not p.finite:
                 assert p.range is not None
                 params[p.name] = draw(st.integers(*p.range), label=p.name)
         dims = draw(_dims(spec, params))
@@ -173,15 +196,47 @@ def _companion(
     return TensorBits(dtype, array)
 
 
+def _boundary_members(spec: Spec, params: Mapping[str, Any]) -> list[dict[str, tuple[int, ...]]]:
+    """Member-param assignments of boundary cases: all smallest, and each param all equal or ragged.
+
+    *All equal* repeats the smallest positive value; *ragged* cycles through that value, the
+    smallest one (an empty member when the range starts at 0) and the third positive one.  With
+    two member params (first and last dims) the mixtures give all four ways a grouped tensor's
+    shapes vary: none, first only, last only, both.
+    """
+    names = spec.member_params
+    if not names:
+        return [{}]
+    shapes: dict[str, dict[str, tuple[int, ...]]] = {}
+    for name in names:
+        count, choices = _member_choices(spec, name, params)
+        positive = [c for c in choices if c > 0] or choices or [0]
+        pattern = [positive[0], (choices or [0])[0], positive[min(len(positive) - 1, 2)]]
+        shapes[name] = {
+            "smallest": ((choices or [0])[0],) * count,
+            "equal": (positive[0],) * count,
+            "ragged": tuple(pattern[i % len(pattern)] for i in range(count)),
+        }
+    assignments = [{name: shapes[name]["smallest"] for name in names}]
+    for modes in itertools.product(("equal", "ragged"), repeat=len(names)):
+        assignments.append({name: shapes[name][mode] for name, mode in zip(names, modes, strict=True)})
+    return [a for i, a in enumerate(assignments) if a not in assignments[:i]]
+
+
 def boundary_cases(spec: Spec, fixed: Mapping[str, Any]) -> Iterator[Case]:
     """Deterministic cases, run before any random one.
 
     The leading input runs through every value class of every dtype; other inputs get
     deterministic companions (their first value class, seeded from the case label).
     """
-    range_params = [p for p in spec.params.values() if not p.finite]
-    for combo in itertools.product(*(p.boundary_values() for p in range_params)):
-        params = {**fixed, **dict(zip((p.name for p in range_params), combo, strict=True))}
+    range_params = [p for p in spec.params.values() if not p.finite and p.members is None]
+    assignments = (
+        {**ranged, **members}
+        for combo in itertools.product(*(p.boundary_values() for p in range_params))
+        for ranged in [{**fixed, **dict(zip((p.name for p in range_params), combo, strict=True))}]
+        for members in _boundary_members(spec, ranged)
+    )
+    for params in assignments:
         active = spec.active_inputs(params)
         first_input = next(iter(active))
         for dtype in input_dtypes(active[first_input], params):
@@ -214,7 +269,10 @@ def _dims_label(dims: Mapping[str, Any]) -> str:
 
 
 def literal_case(spec: Spec, params: Mapping[str, Any], inputs: Mapping[str, Mapping[str, Any]], label: str) -> Case:
-    """A case from a spec's ``examples``/``invalid`` entry (``values`` or exact ``bits``)."""
+    """A case from a spec's ``examples``/``invalid`` entry (``values`` or exact ``bits``).
+
+    A literal with a ``shape`` and a single value fills the whole shape with it (large buffers).
+    """
     tensors = {}
     for name, lit in inputs.items():
         d = get_dtype(lit["dtype"])
@@ -223,6 +281,6 @@ def literal_case(spec: Spec, params: Mapping[str, Any], inputs: Mapping[str, Map
         else:
             bits = values_to_bits(lit["values"], lit["dtype"])
         if "shape" in lit:
-            bits = bits.reshape(lit["shape"])
+            bits = np.full(lit["shape"], bits[0], dtype=bits.dtype) if bits.size == 1 else bits.reshape(lit["shape"])
         tensors[name] = TensorBits(lit["dtype"], bits)
     return Case(spec.contract, dict(params), tensors, label)

@@ -1,0 +1,458 @@
+"""Grouped tensors on torch (contracts ``group.layout``, ``group.quantize``, ``group.tp_partition``).
+
+A grouped tensor holds ``num_members`` 2-D members ``[first_dims[i], last_dims[i]]`` in 1-D buffers,
+members back to back: member ``i`` is ``data[offsets[i] : offsets[i + 1]].view(first_dims[i],
+last_dims[i])`` with ``offsets`` the cumulative element counts.  Quantized, each buffer of the recipe
+is grouped the same way (NVFP4 data at byte offsets ``offsets / 2``; block scales of member ``i`` at
+``scale_offsets[i]``, that member's scale matrix in TransformerEngine's padded shape; per-tensor
+values at index ``i``).  ``specs/group/*.yaml`` and ``reference/group.py`` state the layouts in full.
+
+The member dims are host lists (TE's ``tensor_shapes``), so nothing here waits on the device.
+``split`` returns views and ``stack`` one copy; ``tp_partition`` one strided copy.  ``quantize``
+allocates every grouped buffer once and runs the public ``fast.quant`` quantizer of the recipe on
+each member (its Triton kernels on CUDA, torch ops on CPU), copying each member's outputs into its
+slots of the grouped buffers: one launch sequence per member and an extra pass over the quantized
+bytes, never a concatenation.  A fused grouped kernel (one launch for all members, writing the
+grouped buffers directly) is the next step; the quantizers would need to accept output buffers.
+
+Source: NVIDIA/TransformerEngine ``pytorch/tensor/storage/grouped_tensor_storage.py``
+(``make_grouped_tensor``, ``split_into_quantized_tensors``, ``quantize``),
+``pytorch/module/grouped_linear.py`` (``set_tensor_parallel_attributes``); shared/notes/te_contracts.md §7.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+from fast.quant import fp8_block, fp8_tensor, mx, nvfp4
+
+__all__ = ["layout", "quantize", "split", "stack", "tp_partition"]
+
+RECIPES: tuple[str, ...] = ("none", "fp8_tensor", "mxfp8", "fp8_block", "nvfp4")
+BLOCKS: tuple[str, ...] = ("none", "1d", "2d")
+SCALE_LAYOUTS: tuple[str, ...] = ("compact", "swizzled")
+USAGES: tuple[str, ...] = ("both", "rowwise", "columnwise")
+X_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+PARALLEL_MODES: tuple[str, ...] = ("column", "row")
+
+_E4M3 = "float8_e4m3fn"
+_DIVISOR = {"mxfp8": 32, "nvfp4": 16}
+_RECIPE_BLOCK = {"fp8_block": {"1d": "1x128", "2d": "128x128"}, "nvfp4": {"1d": "1x16", "2d": "16x16"}}
+_Outputs = dict[str, tuple[str, str, str]]
+_GROUPED: dict[str, _Outputs] = {
+    # grouped output: (member output, placement, which usage has it)
+    "fp8_tensor": {
+        "data": ("data", "elements", "rowwise"),
+        "columnwise_data": ("columnwise_data", "elements", "columnwise"),
+        "amax": ("amax", "member", "always"),
+        "scale": ("scale", "member", "always"),
+        "scale_inv": ("scale_inv", "member", "always"),
+    },
+    "mxfp8": {
+        "data": ("data_rowwise", "elements", "rowwise"),
+        "scales": ("scale_rowwise", "scales", "rowwise"),
+        "columnwise_data": ("data_columnwise", "elements", "columnwise"),
+        "columnwise_scales": ("scale_columnwise", "scales", "columnwise"),
+    },
+    "fp8_block": {
+        "data": ("data", "elements", "rowwise"),
+        "scale_inv": ("scale_inv", "scales", "rowwise"),
+        "columnwise_data": ("columnwise_data", "elements", "columnwise"),
+        "columnwise_scale_inv": ("columnwise_scale_inv", "scales", "columnwise"),
+    },
+    "nvfp4": {
+        "fp4_data": ("data", "bytes", "rowwise"),
+        "scales": ("scales", "scales", "rowwise"),
+        "amax": ("amax", "member", "rowwise"),
+        "columnwise_fp4_data": ("columnwise_data", "bytes", "columnwise"),
+        "columnwise_scales": ("columnwise_scales", "scales", "columnwise"),
+        "columnwise_amax": ("columnwise_amax", "member", "columnwise"),
+    },
+}
+_EMPTY_MEMBER = {"amax": 0.0, "scale": 1.0, "scale_inv": 1.0, "columnwise_amax": 0.0}
+"""Per-member values of an empty member (the recipe's results for an amax of 0); every per-member buffer starts so."""
+
+
+def split(data: torch.Tensor, offsets: Sequence[int], shapes: Sequence[tuple[int, int]]) -> list[torch.Tensor]:
+    """The members of a grouped buffer as views: member ``i`` is ``data[offsets[i]:offsets[i+1]].view(shapes[i])``.
+
+    Raises ``TypeError`` unless ``data`` is a tensor; ``ValueError`` unless ``data`` is 1-D, ``offsets``
+    has one entry more than ``shapes``, starts at 0, never decreases, steps by each member's numel and
+    ends at ``data.numel()``; each message names the member and the constraint.
+    """
+    if not isinstance(data, torch.Tensor):
+        raise TypeError(f"Got data of type {type(data).__name__}, but data must be a torch.Tensor")
+    if data.dim() != 1:
+        raise ValueError(f"Got data.shape={tuple(data.shape)}, but data must be 1-D (members back to back)")
+    bounds = [int(o) for o in offsets]
+    if len(bounds) != len(shapes) + 1 or bounds[0] != 0:
+        raise ValueError(
+            f"Got offsets={bounds} for {len(shapes)} members, but offsets has one entry per member plus one, "
+            "starting at 0"
+        )
+    for i, (m, k) in enumerate(shapes):
+        if bounds[i + 1] < bounds[i]:
+            raise ValueError(
+                f"Got offsets[{i + 1}]={bounds[i + 1]} < offsets[{i}]={bounds[i]}, but offsets must not decrease"
+            )
+        if bounds[i + 1] - bounds[i] != m * k:
+            raise ValueError(
+                f"Got member {i} of shape ({m}, {k}) between offsets {bounds[i]} and {bounds[i + 1]}, "
+                f"but a member spans exactly its {m * k} elements"
+            )
+    if bounds[-1] != data.numel():
+        raise ValueError(f"Got offsets ending at {bounds[-1]}, but data holds {data.numel()} elements: they must agree")
+    return [data[bounds[i] : bounds[i + 1]].view(m, k) for i, (m, k) in enumerate(shapes)]
+
+
+def stack(members: Sequence[torch.Tensor]) -> torch.Tensor:
+    """One 1-D buffer holding ``members`` back to back, each row-major: the inverse of :func:`split`.
+
+    Raises ``ValueError`` unless there is at least one member and every member is a 2-D tensor of
+    member 0's dtype and device (the message names the member).
+    """
+    if not members:
+        raise ValueError("Got no members, but a grouped tensor has at least one")
+    first = members[0]
+    for i, member in enumerate(members):
+        if not isinstance(member, torch.Tensor) or member.dim() != 2:
+            got = tuple(member.shape) if isinstance(member, torch.Tensor) else type(member).__name__
+            raise ValueError(f"Got member {i} of shape {got}, but members must be 2-D tensors")
+        if member.dtype != first.dtype or member.device != first.device:
+            raise ValueError(
+                f"Got member {i} with dtype {member.dtype} on {member.device}, but member 0 has dtype {first.dtype} "
+                f"on {first.device}: a grouped tensor has one dtype and one device"
+            )
+    return torch.cat([member.reshape(-1) for member in members])
+
+
+def layout(
+    data: torch.Tensor,
+    *,
+    num_members: int,
+    first_dims: Sequence[int],
+    last_dims: Sequence[int],
+    recipe: str = "none",
+    block: str = "none",
+) -> dict[str, torch.Tensor]:
+    """Offsets, logical shape and scale offsets of a grouped tensor, and its buffer split and stacked back.
+
+    Contract
+    --------
+    ``group.layout`` (``reference.group.layout``): ``offsets`` the cumulative member numels (length
+    ``num_members + 1``); ``logical_shape`` ``[sum(first_dims), N]`` when every last dim is ``N``,
+    ``[M, sum(last_dims)]`` when only the first dims are equal to ``M``, ``[1, total]`` when both
+    vary; ``scale_offsets`` / ``columnwise_scale_offsets`` the cumulative sizes of the members' scale
+    buffers under ``recipe`` (TE ``get_scale_shape``); ``data`` = ``stack(split(data))``.
+
+    Source
+    ------
+    TE ``GroupedTensorStorage.make_grouped_tensor`` and its class docstring; ``specs/group/layout.yaml``.
+
+    Encoding
+    --------
+    int64 tensors on ``data``'s device; ``data`` a new tensor like ``data``.
+
+    Edge cases
+    ----------
+    Empty members add nothing to any offset.
+
+    Raises as ``reference.group.layout``: ``TypeError`` unless ``data`` is a tensor; ``ValueError``
+    for an unknown ``recipe``, a ``block`` the recipe lacks, ``num_members`` below 1, dims lists of
+    another length or holding anything but ints >= 0, a member the recipe's blocks do not divide,
+    and ``data`` not 1-D or not the members' total size.
+    """
+    shapes = _member_shapes(num_members, first_dims, last_dims)
+    _check_recipe(recipe, block, RECIPES, shapes)
+    offsets = _offsets([m * k for m, k in shapes])
+    if not isinstance(data, torch.Tensor):
+        raise TypeError(f"Got data of type {type(data).__name__}, but data must be a torch.Tensor")
+    _check_buffer(data, offsets[-1])
+
+    def as_tensor(values: Sequence[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int64, device=data.device)
+
+    out = {
+        "offsets": as_tensor(offsets),
+        "logical_shape": as_tensor(_logical_shape(shapes)),
+        "data": stack(split(data, offsets, shapes)),
+    }
+    if recipe != "none":
+        rowwise, columnwise = zip(*(_scale_shapes(recipe, block, m, k) for m, k in shapes), strict=True)
+        out["scale_offsets"] = as_tensor(_offsets([math.prod(s) for s in rowwise]))
+        out["columnwise_scale_offsets"] = as_tensor(_offsets([math.prod(s) for s in columnwise]))
+    return out
+
+
+def quantize(
+    data: torch.Tensor,
+    *,
+    num_members: int,
+    first_dims: Sequence[int],
+    last_dims: Sequence[int],
+    recipe: str,
+    block: str,
+    scale_layout: str = "compact",
+    usage: str = "both",
+    x_dtype: str | None = None,
+) -> dict[str, torch.Tensor]:
+    """Quantize every member of a grouped tensor alone, straight into the grouped buffers.
+
+    Contract
+    --------
+    ``group.quantize`` (``reference.group.quantize``): member by member, the grouped buffers hold the
+    bytes of the recipe's quantizer run on that member alone with TransformerEngine's defaults (E4M3;
+    ``fp8_tensor``; ``mxfp8`` rceil with TE edges, ``blocks=block``, ``scale_layout``; ``fp8_block``
+    1x128 / 128x128 power-of-two; ``nvfp4`` 1x16 / 16x16, TE rule), at the member's offsets.
+
+    Source
+    ------
+    TE ``GroupedTensorStorage.quantize`` (per-member ``update_quantized`` into views of the grouped
+    buffers); ``specs/group/quantize.yaml``.
+
+    Encoding
+    --------
+    As ``reference.group.quantize``, without the ``_padding`` masks: block-scale padding is left as
+    allocated (``torch.empty``, don't-care), so are the bytes of every slot the member does not fill.
+
+    Edge cases
+    ----------
+    An empty member writes nothing; its amax is 0, its scale and scale_inv 1.
+
+    Raises as ``reference.group.quantize``: ``TypeError`` unless ``data`` is a float32, bfloat16 or
+    float16 tensor; ``ValueError`` as :func:`layout` (``recipe="none"`` refused), for an unknown
+    ``scale_layout``, ``usage`` or ``x_dtype``, swizzled scales outside MXFP8, and an ``x_dtype`` that
+    contradicts ``data``.
+    """
+    shapes = _member_shapes(num_members, first_dims, last_dims)
+    _check_recipe(recipe, block, RECIPES[1:], shapes)
+    _check_choice("scale_layout", scale_layout, SCALE_LAYOUTS)
+    if scale_layout != "compact" and recipe != "mxfp8":
+        raise ValueError(f"Got scale_layout={scale_layout!r} and recipe={recipe!r}, but only mxfp8 has swizzled scales")
+    _check_choice("usage", usage, USAGES)
+    offsets = _offsets([m * k for m, k in shapes])
+    if not isinstance(data, torch.Tensor) or data.dtype not in X_DTYPES.values():
+        got = f"data.dtype={data.dtype}" if isinstance(data, torch.Tensor) else f"data of type {type(data).__name__}"
+        raise TypeError(f"Got {got}, but data must be a float32, bfloat16 or float16 torch.Tensor")
+    _check_buffer(data, offsets[-1])
+    if x_dtype is not None:
+        _check_choice("x_dtype", x_dtype, tuple(X_DTYPES))
+        if X_DTYPES[x_dtype] != data.dtype:
+            raise ValueError(f"Got data.dtype={data.dtype} and x_dtype={x_dtype!r}, but they must name the same dtype")
+    scale_shapes = [_scale_shapes(recipe, block, m, k) for m, k in shapes]
+    slots = {"rowwise": [s[0] for s in scale_shapes], "columnwise": [s[1] for s in scale_shapes]}
+    produced = {n: entry for n, entry in _GROUPED[recipe].items() if entry[2] in ("always", usage) or usage == "both"}
+    out, scale_offsets = _allocate(produced, offsets, slots, num_members, data.device)
+    quantize_member = _member_quantizer(recipe, block, scale_layout, usage, x_dtype)
+    for i, member in enumerate(split(data, offsets, shapes)):
+        if member.numel() == 0:
+            continue  # nothing to write: its per-member values are allocated as an empty member's
+        results = quantize_member(member)
+        for name, (source, placement, side) in produced.items():
+            if placement == "member":
+                out[name][i : i + 1].copy_(results[source].reshape(1))
+            elif placement == "scales":
+                start, end = scale_offsets[name][i : i + 2]
+                scales = results[source]
+                out[name][start:end].view(slots[side][i])[: scales.shape[0], : scales.shape[1]].copy_(scales)
+            else:
+                per_byte = 2 if placement == "bytes" else 1
+                out[name][offsets[i] // per_byte : offsets[i + 1] // per_byte].copy_(results[source].reshape(-1))
+    return out
+
+
+def tp_partition(w: torch.Tensor, *, parallel: str, tp_size: int, rank: int) -> dict[str, torch.Tensor]:
+    """The shard of a linear weight (2-D, or a 3-D grouped weight) that tensor-parallel rank ``rank`` keeps.
+
+    Contract
+    --------
+    ``group.tp_partition`` (``reference.group.tp_partition``): ``w`` ``[out, in]`` or
+    ``[num_gemms, out, in]`` split along ``out`` (``parallel="column"``) or ``in`` (``"row"``) into
+    ``tp_size`` equal chunks; ``shard`` is chunk ``rank``, ``partition_dim`` the axis (2-D: 0 or 1;
+    3-D: 1 or 2), so that a grouped weight's shard is its members' 2-D shards stacked.
+
+    Source
+    ------
+    TE ``GroupedLinear.set_tensor_parallel_attributes`` (dims 0 / 1 of the per-expert 2-D weights);
+    ``specs/group/tp_partition.yaml``.
+
+    Encoding
+    --------
+    ``shard``: a new contiguous tensor (its own storage, never a view of ``w``); ``partition_dim``
+    int64 ``[1]`` on ``w``'s device.
+
+    Edge cases
+    ----------
+    ``tp_size = 1`` copies the whole weight; empty dims give empty shards.
+
+    Raises ``TypeError`` unless ``w`` is a tensor; ``ValueError`` for an unknown ``parallel``, ``w``
+    not 2-D or 3-D, ``tp_size`` not an int >= 1, ``rank`` outside ``0 .. tp_size - 1`` and a
+    partitioned axis that ``tp_size`` does not divide.
+    """
+    if not isinstance(w, torch.Tensor):
+        raise TypeError(f"Got w of type {type(w).__name__}, but w must be a torch.Tensor")
+    dim = _check_partition(tuple(w.shape), parallel, tp_size, rank)
+    size = w.shape[dim] // tp_size
+    shard = w.narrow(dim, rank * size, size).clone(memory_format=torch.contiguous_format)
+    return {"shard": shard, "partition_dim": torch.tensor([dim], dtype=torch.int64, device=w.device)}
+
+
+# %% Shared pieces
+
+
+def _check_choice(name: str, value: object, allowed: tuple[object, ...]) -> None:
+    if not any(type(value) is type(choice) and value == choice for choice in allowed):
+        raise ValueError(f"Got {name}={value!r}, but {name} must be one of {list(allowed)}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _member_shapes(num_members: object, first_dims: object, last_dims: object) -> list[tuple[int, int]]:
+    """The members' ``(M, K)`` after checking the count and both dims lists."""
+    if not _is_int(num_members) or num_members < 1:  # type: ignore[operator]
+        raise ValueError(f"Got num_members={num_members!r}, but a grouped tensor has an int >= 1 of members")
+    dims = {}
+    for name, values in (("first_dims", first_dims), ("last_dims", last_dims)):
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise ValueError(f"Got {name}={values!r}, but {name} must be a sequence of ints")
+        if len(values) != num_members:
+            raise ValueError(
+                f"Got {name} with {len(values)} entries and num_members={num_members}, but there is one per member"
+            )
+        for i, v in enumerate(values):
+            if not _is_int(v) or v < 0:
+                raise ValueError(f"Got {name}[{i}]={v!r}, but member dims must be ints >= 0 (member {i})")
+        dims[name] = [int(v) for v in values]
+    return list(zip(dims["first_dims"], dims["last_dims"], strict=True))
+
+
+def _check_recipe(recipe: str, block: str, allowed: tuple[str, ...], shapes: list[tuple[int, int]]) -> None:
+    _check_choice("recipe", recipe, allowed)
+    _check_choice("block", block, BLOCKS)
+    if (block == "none") != (recipe in ("none", "fp8_tensor")):
+        wanted = "'none'" if recipe in ("none", "fp8_tensor") else "'1d' or '2d'"
+        raise ValueError(f"Got recipe={recipe!r} and block={block!r}, but {recipe} takes block {wanted}")
+    divisor = _DIVISOR.get(recipe)
+    for i, shape in enumerate(shapes):
+        if divisor and any(d % divisor for d in shape):
+            raise ValueError(
+                f"Got member {i} of shape {shape}, but {recipe} needs both dims of every member to be "
+                f"multiples of {divisor} (its {divisor}-element blocks run along both)"
+            )
+
+
+def _check_buffer(data: torch.Tensor, total: int) -> None:
+    if data.dim() != 1:
+        raise ValueError(f"Got data.shape={tuple(data.shape)}, but data must be 1-D (members back to back)")
+    if data.numel() != total:
+        raise ValueError(
+            f"Got data with {data.numel()} elements, but the members' shapes (first_dims[i] x last_dims[i]) "
+            f"add up to {total}: the buffer must end where the last member ends"
+        )
+
+
+def _check_partition(shape: tuple[int, ...], parallel: str, tp_size: object, rank: object) -> int:
+    """The partitioned axis of a weight of ``shape``, after checking the arguments."""
+    _check_choice("parallel", parallel, PARALLEL_MODES)
+    if len(shape) not in (2, 3):
+        raise ValueError(
+            f"Got w.shape={shape}, but w must be a weight [out, in] or a grouped weight [num_gemms, out, in]"
+        )
+    if not _is_int(tp_size) or tp_size < 1:  # type: ignore[operator]
+        raise ValueError(f"Got tp_size={tp_size!r}, but tp_size must be an int >= 1")
+    if not _is_int(rank) or not 0 <= rank < tp_size:  # type: ignore[operator]
+        raise ValueError(f"Got rank={rank!r} and tp_size={tp_size}, but rank must be an int in 0 .. tp_size - 1")
+    dim = len(shape) - (2 if parallel == "column" else 1)
+    if shape[dim] % tp_size:  # type: ignore[operator]
+        axis = "out" if parallel == "column" else "in"
+        raise ValueError(
+            f"Got w.shape[{dim}]={shape[dim]} (the {axis} axis) and tp_size={tp_size}, but {parallel}-parallel "
+            f"splits that axis into tp_size equal shards: it must be divisible by tp_size"
+        )
+    return dim
+
+
+def _offsets(sizes: Sequence[int]) -> list[int]:
+    """``[0, s0, s0 + s1, ...]`` as host ints."""
+    out = [0]
+    for size in sizes:
+        out.append(out[-1] + size)
+    return out
+
+
+def _logical_shape(shapes: list[tuple[int, int]]) -> tuple[int, int]:
+    firsts, lasts = [m for m, _ in shapes], [k for _, k in shapes]
+    if len(set(lasts)) == 1:
+        return sum(firsts), lasts[0]
+    if len(set(firsts)) == 1:
+        return firsts[0], sum(lasts)
+    return 1, sum(m * k for m, k in shapes)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _scale_shapes(recipe: str, block: str, m: int, k: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """TE ``get_scale_shape`` of an ``[m, k]`` member, rowwise and columnwise."""
+    if recipe == "fp8_tensor":
+        return (1,), (1,)
+    if recipe == "mxfp8":
+        return (_round_up(m, 128), _round_up(k // 32, 4)), (_round_up(m // 32, 4), _round_up(k, 128))
+    if recipe == "nvfp4":
+        return (_round_up(m, 128), _round_up(k // 16, 4)), (_round_up(k, 128), _round_up(m // 16, 4))
+    mb, kb = -(-m // 128), -(-k // 128)
+    if block == "1d":
+        return (kb, _round_up(m, 4)), (mb, _round_up(k, 4))
+    return (mb, _round_up(kb, 4)), (kb, _round_up(mb, 4))
+
+
+def _member_quantizer(
+    recipe: str, block: str, scale_layout: str, usage: str, x_dtype: str | None
+) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
+    """The recipe's public ``fast.quant`` quantizer, with TE's defaults, as a function of one member."""
+    if recipe == "fp8_tensor":
+        return lambda x: fp8_tensor(x, format=_E4M3, usage=usage, x_dtype=x_dtype)
+    if recipe == "mxfp8":
+        return lambda x: mx(
+            x, format=_E4M3, scale_rule="rceil", usage=usage, blocks=block, scale_layout=scale_layout, edges="te"
+        )
+    if recipe == "fp8_block":
+        return lambda x: fp8_block(x, format=_E4M3, block=_RECIPE_BLOCK[recipe][block], usage=usage, x_dtype=x_dtype)
+    return lambda x: nvfp4(x, usage=usage, block=_RECIPE_BLOCK[recipe][block])
+
+
+def _allocate(
+    produced: _Outputs,
+    offsets: list[int],
+    slots: dict[str, list[tuple[int, ...]]],
+    num_members: int,
+    device: torch.device,
+) -> tuple[dict[str, torch.Tensor], dict[str, list[int]]]:
+    """The grouped buffers, allocated once (per-member values as an empty member's), and the scale offsets."""
+    out: dict[str, torch.Tensor] = {}
+    scale_offsets: dict[str, list[int]] = {}
+    for name, (_, placement, side) in produced.items():
+        if placement == "member":
+            out[name] = torch.full((num_members,), _EMPTY_MEMBER[name], dtype=torch.float32, device=device)
+        elif placement == "scales":
+            scale_offsets[name] = _offsets([math.prod(s) for s in slots[side]])
+            dtype = torch.uint8 if name.endswith("scales") else torch.float32
+            out[name] = torch.empty(scale_offsets[name][-1], dtype=dtype, device=device)
+        else:
+            out[name] = torch.empty(offsets[-1] // (2 if placement == "bytes" else 1), dtype=torch.uint8, device=device)
+    return out, scale_offsets
+
+
+def gemm(
+    a: torch.Tensor, b: torch.Tensor, *, form: str, groups: int, group_sizes: Sequence[int]
+) -> dict[str, torch.Tensor]:
+    """``group.gemm``: :func:`fast.gemm.grouped` (the grouped matmul lives with the other GEMMs)."""
+    from fast.gemm import grouped
+
+    return grouped(a, b, form=form, groups=groups, group_sizes=group_sizes)
