@@ -1,8 +1,10 @@
 """Fixtures of the benchmarks: CUDA-event timing and the copy bandwidth every GPU number is set beside.
 
 GPU kernels are timed with CUDA events (warm-up, then the median of ``REPS`` launches recorded back
-to back) and reported through ``benchmark.extra_info``; pytest-benchmark's own host-side stats of
-the same callable (synchronized) come along in the JSON.  Every GPU benchmark's bytes are the
+to back behind a sleep kernel, so that the host has queued them all before the GPU reaches them:
+device time, without host launch overhead) and reported through ``benchmark.extra_info``;
+pytest-benchmark's own host-side stats of the same callable (synchronized, host overhead included)
+come along in the JSON.  Every GPU benchmark's bytes are the
 fewest it must move (each input read once, each output written once), and its fraction is taken
 of the device-to-device copy bandwidth measured in the same session (bytes read plus written).
 """
@@ -19,6 +21,8 @@ import torch
 
 WARMUP = 5
 REPS = 30
+SLEEP_CYCLES = 50_000_000
+"""Cycles of the sleep kernel queued before the timed launches (about 25 ms at H100 clocks)."""
 COPY_BYTES = 1 << 30
 """Size of the copy that sets the bandwidth ceiling: 1 GiB, far beyond any L2."""
 
@@ -26,16 +30,24 @@ Measure = Callable[..., dict[str, Any]]
 
 
 def median_ms(fn: Callable[[], object], *, warmup: int = WARMUP, reps: int = REPS) -> float:
-    """Median CUDA-event time of ``fn`` in milliseconds, after ``warmup`` untimed calls."""
+    """Median CUDA-event device time of ``fn`` in milliseconds, after ``warmup`` untimed calls (module docstring)."""
     for _ in range(warmup):
         fn()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    torch.cuda.synchronize()
+    torch.cuda._sleep(SLEEP_CYCLES)
     for start, end in events:
         start.record()
         fn()
         end.record()
     torch.cuda.synchronize()
     return statistics.median(start.elapsed_time(end) for start, end in events)
+
+
+@pytest.fixture(scope="session")
+def cuda_ms() -> Callable[..., float]:
+    """:func:`median_ms`, for a peer timed inside another benchmark."""
+    return median_ms
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,6 @@ reads N*K/2 and 4*N*K/gs (scales and zeros) and writes 2*N*K; pack reads and wri
 from __future__ import annotations
 
 import functools
-import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -47,18 +46,6 @@ def operands(device: str, n: int = N, k: int = K) -> tuple[torch.Tensor, torch.T
 def triton_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PATH_ENV, "triton")
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-
-
-def cuda_median_ms(fn: Callable[[], object], reps: int = 30) -> float:
-    for _ in range(5):
-        fn()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in events)
 
 
 @pytest.mark.gpu
@@ -105,11 +92,11 @@ def test_gpu_dequant(measure: Callable[..., dict[str, Any]], fma: str) -> None:
 @pytest.mark.gpu
 @cuda_only
 @pytest.mark.usefixtures("triton_path")
-def test_gpu_pack(measure: Callable[..., dict[str, Any]]) -> None:
+def test_gpu_pack(measure: Callable[..., dict[str, Any]], cuda_ms: Callable[..., float]) -> None:
     """Our pack and torch's op on the same uint8 tensor, both timed here; the ratio is recorded."""
     pytest.importorskip("triton")
     q_uint8, _, _ = operands("cuda")
-    torch_ms = cuda_median_ms(lambda: torch.ops.aten._convert_weight_to_int4pack(q_uint8, IKT))
+    torch_ms = cuda_ms(lambda: torch.ops.aten._convert_weight_to_int4pack(q_uint8, IKT))
     info = measure(
         lambda: functools.partial(tinygemm_pack, q_uint8=q_uint8, inner_k_tiles=IKT, input_form="uint8"),
         bytes_moved=N * K,
