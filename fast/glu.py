@@ -1,4 +1,4 @@
-"""Block interleaving of fused GLU weights (contracts ``glu.interleave`` / ``glu.deinterleave``).
+"""Block interleaving of fused GLU weights (``glu.interleave``, ``glu.deinterleave``, ``glu.interleave_grouped``).
 
 Pure data movement: a reshape, a swap of the two leading axes and one strided copy into a new
 contiguous tensor.  torch's copy kernel does this in a single pass over memory on CPU and on
@@ -6,7 +6,8 @@ CUDA, so these torch ops are both the CPU and the CUDA path; a Triton kernel wou
 bytes.  Each block of ``block_size`` rows is contiguous in the output (and in a contiguous input),
 so the copy moves blocks as 8-byte integers when their size allows: on an H100 that took the
 interleave of a bfloat16 [2*14336, 4096] weight (k = 32) from 52% to 97% of copy bandwidth,
-since torch's strided copy costs about the same per element whatever the element's size.
+since torch's strided copy costs about the same per element whatever the element's size.  A grouped
+weight ``[num_gemms, 2*F, H]`` goes through the same single copy with the members as a leading axis.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import math
 
 import torch
 
-__all__ = ["deinterleave", "interleave"]
+__all__ = ["deinterleave", "interleave", "interleave_grouped"]
+
+DIRECTIONS: tuple[str, ...] = ("interleave", "deinterleave")
 
 
 def interleave(w: torch.Tensor, *, block_size: int) -> dict[str, torch.Tensor]:
@@ -70,19 +73,56 @@ def deinterleave(w: torch.Tensor, *, block_size: int) -> dict[str, torch.Tensor]
     return {"out": _regroup(w, block_size, to_interleaved=False)}
 
 
-def _regroup(w: torch.Tensor, block_size: int, *, to_interleaved: bool) -> torch.Tensor:
-    """Swap the (half, block) axes of dim 0 viewed as ``(2, n, k)`` (halves) or ``(n, 2, k)`` (pairs)."""
-    _check(w, block_size)
-    blocks_per_half = w.shape[0] // (2 * block_size)
-    block_numel = block_size * math.prod(w.shape[1:])
-    halves = (2, blocks_per_half, block_numel)
-    pairs = (blocks_per_half, 2, block_numel)
+def interleave_grouped(w: torch.Tensor, *, block_size: int, direction: str = "interleave") -> dict[str, torch.Tensor]:
+    """:func:`interleave` (or :func:`deinterleave`) of every member of a grouped FC1 weight or bias.
+
+    Contract
+    --------
+    ``glu.interleave_grouped``: for ``w`` ``[num_gemms, 2*F, *rest]`` (a grouped fc1 weight
+    ``[num_gemms, 2*F, H]`` or its bias ``[num_gemms, 2*F]``), ``out[g] = glu.<direction>(w[g])`` with
+    ``block_size``: halves along each member's dim 0 (dim 1 of ``w``), never across members.  One
+    strided copy for all members.
+
+    Source
+    ------
+    TransformerEngine PR #3078 ``interleave_glu_tensor`` / ``deinterleave_glu_tensor`` per expert;
+    grouped weights of ``GroupedLinear(single_grouped_weight=True)`` (PR #2731);
+    ``specs/glu/interleave_grouped.yaml``.
+
+    Encoding
+    --------
+    Any dtype; a new contiguous ``out`` with the shape, dtype and device of ``w``.
+
+    Edge cases
+    ----------
+    ``num_gemms == 0`` or ``2*F == 0``: an empty ``out``; ``2*F == 2*k``: ``out`` equals ``w``.
+
+    Raises ``ValueError`` unless ``direction`` is ``"interleave"`` or ``"deinterleave"``,
+    ``block_size`` is a positive int, ``w`` has at least 2 dimensions and ``w.shape[1]`` is divisible
+    by ``2*block_size``; ``TypeError`` unless ``w`` is a ``torch.Tensor``.
+    """
+    if not any(type(direction) is str and direction == choice for choice in DIRECTIONS):
+        raise ValueError(f"Got direction={direction!r}, but direction must be one of {list(DIRECTIONS)}")
+    return {"out": _regroup(w, block_size, to_interleaved=direction == "interleave", axis=1)}
+
+
+def _regroup(w: torch.Tensor, block_size: int, *, to_interleaved: bool, axis: int = 0) -> torch.Tensor:
+    """Swap the (half, block) axes of dim ``axis`` viewed as ``(2, n, k)`` (halves) or ``(n, 2, k)`` (pairs).
+
+    The dims before ``axis`` (the members of a grouped weight) form one leading axis that rides along.
+    """
+    _check(w, block_size, axis=axis)
+    members = math.prod(w.shape[:axis])
+    blocks_per_half = w.shape[axis] // (2 * block_size)
+    block_numel = block_size * math.prod(w.shape[axis + 1 :])
+    halves = (members, 2, blocks_per_half, block_numel)
+    pairs = (members, blocks_per_half, 2, block_numel)
     source_shape, target_shape = (halves, pairs) if to_interleaved else (pairs, halves)
     out = torch.empty(w.shape, dtype=w.dtype, device=w.device)
     source, target = w.reshape(source_shape), out.view(target_shape)
     if _movable_as_int64(source):
         source, target = source.view(torch.int64), target.view(torch.int64)
-    target.copy_(source.transpose(0, 1))
+    target.copy_(source.transpose(1, 2))
     return out
 
 
@@ -97,16 +137,17 @@ def _movable_as_int64(blocks: torch.Tensor) -> bool:
     )
 
 
-def _check(w: torch.Tensor, block_size: int) -> None:
-    """Validate the arguments shared by both directions."""
+def _check(w: torch.Tensor, block_size: int, *, axis: int) -> None:
+    """Validate the arguments of both directions, halves along ``axis``."""
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
         raise ValueError(f"Got block_size={block_size!r}, but block_size must be a positive int")
     if not isinstance(w, torch.Tensor):
         raise TypeError(f"Got w of type {type(w).__name__}, but w must be a torch.Tensor")
-    if w.ndim == 0:
-        raise ValueError(f"Got w with shape {tuple(w.shape)}, but w must have at least 1 dimension")
-    if w.shape[0] % (2 * block_size) != 0:
+    if w.ndim <= axis:
+        dimensions = f"{axis + 1} dimension{'s' * (axis > 0)}"
+        raise ValueError(f"Got w with shape {tuple(w.shape)}, but w must have at least {dimensions}")
+    if w.shape[axis] % (2 * block_size) != 0:
         raise ValueError(
-            f"Got block_size={block_size} and w.shape[0]={w.shape[0]}, "
-            f"but w.shape[0] must be divisible by 2*block_size={2 * block_size}"
+            f"Got block_size={block_size} and w.shape[{axis}]={w.shape[axis]}, "
+            f"but w.shape[{axis}] must be divisible by 2*block_size={2 * block_size}"
         )

@@ -1,10 +1,15 @@
-"""Block interleaving of fused GLU weights (contracts ``glu.interleave`` / ``glu.deinterleave``)."""
+"""Block interleaving of fused GLU weights (``glu.interleave``, ``glu.deinterleave``, ``glu.interleave_grouped``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["deinterleave", "interleave"]
+from reference._checks import check_choice
+
+__all__ = ["DIRECTIONS", "deinterleave", "interleave", "interleave_grouped"]
+
+DIRECTIONS: tuple[str, ...] = ("interleave", "deinterleave")
+"""``glu.interleave_grouped``: which of the two contracts each member goes through."""
 
 
 def interleave(w: np.ndarray, *, block_size: int) -> dict[str, np.ndarray]:
@@ -65,6 +70,45 @@ def deinterleave(w: np.ndarray, *, block_size: int) -> dict[str, np.ndarray]:
     return {"out": _regroup(w, block_size, to_interleaved=False)}
 
 
+def interleave_grouped(w: np.ndarray, *, block_size: int, direction: str = "interleave") -> dict[str, np.ndarray]:
+    """:func:`interleave` (or :func:`deinterleave`) of every member of a grouped FC1 weight or bias.
+
+    Contract
+    --------
+    ``glu.interleave_grouped``: for ``w`` of shape ``[num_gemms, 2*F, *rest]`` (a grouped fc1 weight
+    ``[num_gemms, 2*F, H]`` or its bias ``[num_gemms, 2*F]``), ``out[g] = glu.<direction>(w[g])``
+    with ``block_size`` for every member ``g``: the halves are taken along each member's dim 0 (dim 1
+    of ``w``), never across members.  This reference computes it member by member through
+    :func:`interleave` / :func:`deinterleave`.
+
+    Source
+    ------
+    TransformerEngine PR #3078 ``interleave_glu_tensor`` / ``deinterleave_glu_tensor`` applied per
+    expert (``GroupedLinear`` holds one fc1 weight per GEMM, or one grouped ``[num_gemms, out, in]``
+    weight with ``single_grouped_weight=True``, PR #2731); ``specs/glu/interleave_grouped.yaml``.
+
+    Encoding
+    --------
+    Any dtype; a new C-contiguous ``out`` with the shape and dtype of ``w``.
+
+    Edge cases
+    ----------
+    - ``num_gemms == 0`` or ``2*F == 0``: an empty ``out`` of the same shape.
+    - ``2*F == 2*k``: one block per half, so ``out`` equals ``w``.
+
+    Raises ``ValueError`` unless ``direction`` is ``"interleave"`` or ``"deinterleave"``,
+    ``block_size`` is a positive int, ``w`` has at least 2 dimensions and ``w.shape[1]`` is divisible
+    by ``2*block_size``; ``TypeError`` unless ``w`` is a ``numpy.ndarray``.
+    """
+    check_choice("direction", direction, DIRECTIONS)
+    _check(w, block_size, axis=1)
+    member = interleave if direction == "interleave" else deinterleave
+    out = np.empty(w.shape, dtype=w.dtype)
+    for g in range(w.shape[0]):
+        out[g] = member(w[g], block_size=block_size)["out"]
+    return {"out": out}
+
+
 def _regroup(w: np.ndarray, block_size: int, *, to_interleaved: bool) -> np.ndarray:
     """Swap the (half, block) axes of dim 0 viewed as ``(2, n, k)`` (halves) or ``(n, 2, k)`` (pairs)."""
     block = _check(w, block_size)
@@ -77,8 +121,8 @@ def _regroup(w: np.ndarray, block_size: int, *, to_interleaved: bool) -> np.ndar
     return out
 
 
-def _check(w: np.ndarray, block_size: int) -> int:
-    """Validate the arguments shared by both directions; return ``block_size`` as an int."""
+def _check(w: np.ndarray, block_size: int, *, axis: int = 0) -> int:
+    """Validate the arguments of both directions, halves along ``axis``; return ``block_size`` as an int."""
     if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)):
         raise ValueError(f"Got block_size={block_size!r}, but block_size must be a positive int")
     block = int(block_size)
@@ -86,11 +130,11 @@ def _check(w: np.ndarray, block_size: int) -> int:
         raise ValueError(f"Got block_size={block}, but block_size must be a positive int")
     if not isinstance(w, np.ndarray):
         raise TypeError(f"Got w of type {type(w).__name__}, but w must be a numpy.ndarray")
-    if w.ndim == 0:
-        raise ValueError(f"Got w with shape {w.shape}, but w must have at least 1 dimension")
-    if w.shape[0] % (2 * block) != 0:
+    if w.ndim <= axis:
+        raise ValueError(f"Got w with shape {w.shape}, but w must have at least {axis + 1} dimension{'s' * (axis > 0)}")
+    if w.shape[axis] % (2 * block) != 0:
         raise ValueError(
-            f"Got block_size={block} and w.shape[0]={w.shape[0]}, "
-            f"but w.shape[0] must be divisible by 2*block_size={2 * block}"
+            f"Got block_size={block} and w.shape[{axis}]={w.shape[axis]}, "
+            f"but w.shape[{axis}] must be divisible by 2*block_size={2 * block}"
         )
     return block
