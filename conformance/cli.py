@@ -1,7 +1,11 @@
-"""``qconform``: list and show contracts, run conformance, replay counterexamples.
+"""``qconform``: list and show contracts, run conformance (whole or one shard), replay counterexamples,
+merge reports, bundle and verify a vendor submission, export and check golden vectors.
 
-Exit codes: 0 conformant (or nothing to report), 1 non-conformant (a fail or an error),
-2 a usage problem (unknown backend, malformed spec, bad arguments).
+Exit codes: 0 conformant (a bundle consistent, vectors green, or nothing to report); 1 not shown
+conformant (a row failed, errored or crashed; a merged report is incomplete; a bundle's claims do not
+hold; vectors do not replay green) -- ``run --shard`` judges its own rows, ``report merge`` the whole;
+2 a usage problem (unknown backend, bad ``module:attr``, malformed spec, bad arguments, an input that
+is unreadable or does not fit the others, an unwritable report directory), and then nothing is written.
 """
 
 from __future__ import annotations
@@ -11,18 +15,35 @@ import datetime as dt
 import json
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from conformance.backends import available_backends
+from conformance.bundle import describe, verify_bundle, write_bundle
 from conformance.case import Case, decode_token
 from conformance.errors import BackendError, QConformError
 from conformance.expr import check_expression
-from conformance.registry import PROFILES, load_specs
-from conformance.report import build_report, write_reports
-from conformance.runner import Runner
+from conformance.registry import PROFILE_DEFAULTS, PROFILES, load_specs
+from conformance.report import (
+    BAD_STATUSES,
+    Journal,
+    assemble,
+    clear_report_dir,
+    merge_reports,
+    prepare_report_dir,
+    remove_created,
+    result_record,
+    run_record,
+    spec_records,
+    summary_line,
+    write_reports,
+)
+from conformance.runner import STATUSES, ComboResult, Runner
+from conformance.shard import parse_shard
+from conformance.vectors import check_vectors, export_vectors, load_index
 from conformance.worker import InProcessBackend, IsolatedBackend
 
 __all__ = ["main"]
@@ -44,16 +65,47 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", default="default", choices=PROFILES, help=sweep_help)
     run.add_argument("--where", help="only rows whose params satisfy this expression, e.g. \"rounding == 'rne'\"")
     run.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0: runs are reproducible)")
-    run.add_argument("--report", type=Path, help="directory for report.json, report.md and junit.xml")
-    run.add_argument("--timeout", type=float, default=120.0, help="seconds one backend call may take")
-    run.add_argument("--isolation", choices=["process", "none"], default="process",
-                     help="run the backend in a restartable child process (default) or in this one")  # fmt: skip
+    run.add_argument("--shard", metavar="I/N", help="run only shard I of N (1 <= I <= N) of the rows; see shard.py")
+    run.add_argument("--report", type=Path, help="directory for report.json, report.md, report.html and junit.xml")
+    _add_backend_process_options(run)
     run.add_argument("--quiet", action="store_true", help="no progress lines")
 
     replay = sub.add_parser("replay", help="replay one counterexample (a qc1: token or a case .json file)")
     replay.add_argument("--backend", default="fast")
     replay.add_argument("case")
+
+    report = sub.add_parser("report", help="work with reports").add_subparsers(dest="action", required=True)
+    merge = report.add_parser("merge", help="one report from shards and runs (report.json or results.jsonl)")
+    merge.add_argument("inputs", nargs="+", type=Path, metavar="REPORT")
+    merge.add_argument("--report", type=Path, required=True, help="directory for the merged report")
+
+    bundle = sub.add_parser("bundle", help="pack a report and a statement of claims into a submission bundle")
+    bundle.add_argument("--report", type=Path, required=True, help="the report directory (its report.json)")
+    bundle.add_argument("--claims", type=Path, required=True, help="the statement: claims and deviations (YAML)")
+    bundle.add_argument("-o", "--output", type=Path, required=True, help="the bundle file to write (a zip)")
+    verify = sub.add_parser("verify", help="check that a submission bundle is complete and consistent")
+    verify.add_argument("bundle", type=Path)
+
+    vectors = sub.add_parser("vectors", help="golden vectors: raw binaries and a JSON index")
+    actions = vectors.add_subparsers(dest="action", required=True)
+    export = actions.add_parser("export", help="freeze a profile's cases and reference outputs into DIR")
+    export.add_argument("--spec", default="*", help="glob over contract ids (default: all)")
+    export.add_argument("--profile", default="smoke", choices=list(PROFILE_DEFAULTS), help="random cases per row")
+    export.add_argument("--seed", type=int, default=0)
+    export.add_argument("--quiet", action="store_true", help="no progress lines")
+    export.add_argument("directory", type=Path, metavar="DIR", help="a new directory")
+    check = actions.add_parser("check", help="replay exported vectors against a backend")
+    check.add_argument("directory", type=Path, metavar="DIR")
+    check.add_argument("--backend", default="fast", help="registered name or module:attr (default: fast)")
+    _add_backend_process_options(check)
+    check.add_argument("-v", "--verbose", action="store_true", help="a line for every case, not only the bad ones")
     return parser
+
+
+def _add_backend_process_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds one backend call may take")
+    parser.add_argument("--isolation", choices=["process", "none"], default="process",
+                        help="run the backend in a restartable child process (default) or in this one")  # fmt: skip
 
 
 def _cmd_list() -> int:
@@ -74,49 +126,128 @@ def _cmd_show(contract: str) -> int:
 
 
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    shard = None if args.shard is None else parse_shard(args.shard)
     specs = load_specs(args.spec)
     if args.where is not None:
         check_expression(args.where, {name for spec in specs for name in spec.params})
-    if args.report is not None:
-        try:
-            args.report.mkdir(parents=True, exist_ok=True)
-            probe = args.report / ".qconform-write-test"
-            probe.write_text("")
-            probe.unlink()
-        except OSError as exc:
-            raise QConformError(f"cannot write reports to {args.report}: {exc}") from None
+    created = [] if args.report is None else prepare_report_dir(args.report)
     started = dt.datetime.now(dt.timezone.utc)
-    handle = (IsolatedBackend if args.isolation == "process" else InProcessBackend)(args.backend, args.timeout)
-    log = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    log(f"qconform: backend {handle.description['name']} on {handle.description['device']}, "
-        f"{len(specs)} specs, profile {args.profile}, seed {args.seed}")  # fmt: skip
     try:
-        results = Runner(handle, profile=args.profile, seed=args.seed, progress=log).run(specs, where=args.where)
-    finally:
-        handle.close()
-    report = build_report(
+        handle = (IsolatedBackend if args.isolation == "process" else InProcessBackend)(args.backend, args.timeout)
+    except (QConformError, BackendError):
+        remove_created(created)
+        raise
+    log = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    where = f", shard {shard}" if shard else ""
+    log(f"qconform: backend {handle.description['name']} on {handle.description['device']}, "
+        f"{len(specs)} specs, profile {args.profile}, seed {args.seed}{where}")  # fmt: skip
+    run = run_record(
         backend=handle.description,
         backend_arg=args.backend,
-        specs=specs,
-        results=results,
+        spec=args.spec,
+        where=args.where,
+        shard=shard,
         profile=args.profile,
         seed=args.seed,
         command="qconform " + shlex.join(argv),
         started=started,
-        report_dir=args.report,
     )
+    specs_seen = spec_records(specs)
+    journal = None
     if args.report is not None:
+        clear_report_dir(args.report)
+        journal = Journal(args.report, run, specs_seen)
+    records: list[dict[str, Any]] = []
+
+    def finished(result: ComboResult) -> None:
+        records.append(result_record(result, 0))
+        if journal is not None:
+            journal.add(records[-1])
+
+    try:
+        Runner(handle, profile=args.profile, seed=args.seed, progress=log).run(specs, args.where, shard, finished)
+    finally:
+        handle.close()
+    duration = (dt.datetime.now(dt.timezone.utc) - started).total_seconds()
+    run.update(complete=True, duration_s=round(duration, 3))
+    report = assemble([run], specs_seen, records, args.report)
+    if args.report is not None and journal is not None:
+        journal.end(duration)
         for path in write_reports(report, args.report):
             log(f"wrote {path}")
-    s = report["summary"]
-    counts = f"{s['pass']} pass, {s['fail']} fail, {s['error']} error, {s['not-implemented']} not implemented"
-    print(f"{report['verdict']}: {counts}")
+        journal.remove()
+    _print_verdict(report)
+    # a shard's report is incomplete by itself (report merge judges the whole); the run judges its own rows
+    return 1 if report["verdict"] == "non-conformant" else 0
+
+
+def _print_verdict(report: Mapping[str, Any]) -> None:
+    """The verdict, the counts, why the report is incomplete and each failing row, on stdout."""
+    print(f"{report['verdict']}: {summary_line(report)}")
+    for reason in report["incomplete"]:
+        print(f"  incomplete: {reason}")
     for r in report["results"]:
-        if r["status"] in ("fail", "error"):
-            print(f"  {r['status'].upper()} {r['id']}: {r['message'].splitlines()[0]}")
+        if r["status"] in BAD_STATUSES:
+            column = report["runs"][r["run"]]["column"]
+            first = r["message"].splitlines()[0] if r["message"] else ""
+            print(f"  {r['status'].upper()} {r['id']} on {column}: {first}")
             if r["replay"]:
                 print(f"    replay: {r['replay']}")
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    created = prepare_report_dir(args.report)
+    try:
+        report = merge_reports(args.inputs, args.report)
+    except QConformError:
+        remove_created(created)
+        raise
+    clear_report_dir(args.report)
+    for path in write_reports(report, args.report):
+        print(f"wrote {path}", file=sys.stderr)
+    _print_verdict(report)
     return 0 if report["verdict"] == "conformant" else 1
+
+
+def _cmd_bundle(args: argparse.Namespace) -> int:
+    verification = write_bundle(args.report / "report.json", args.claims, args.output)
+    print("\n".join(describe(verification, str(args.claims))))
+    if verification.ok:
+        print(f"wrote {args.output}")
+        return 0
+    print(f"nothing written: the claims do not hold for {args.report / 'report.json'}")
+    return 1
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    verification = verify_bundle(args.bundle)
+    print("\n".join(describe(verification, str(args.bundle))))
+    return 0 if verification.ok else 1
+
+
+def _cmd_vectors(args: argparse.Namespace) -> int:
+    if args.action == "export":
+        specs = load_specs(args.spec)
+        log = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+        index = export_vectors(specs, args.profile, args.seed, args.directory, log)
+        print(f"wrote {len(index['cases'])} cases of {len(specs)} contracts to {args.directory}")
+        return 0
+    index = load_index(args.directory)
+    handle = (IsolatedBackend if args.isolation == "process" else InProcessBackend)(args.backend, args.timeout)
+
+    def show(case_id: str, label: str, status: str, message: str) -> None:
+        if status in BAD_STATUSES or args.verbose:
+            first = message.splitlines()[0] if message else ""
+            print(f"{status} {case_id} [{label}]" + (f": {first}" if first else ""))
+
+    try:
+        counts = check_vectors(args.directory, handle, show)
+    finally:
+        handle.close()
+    bad = sum(counts[s] for s in BAD_STATUSES)
+    print(f"{'green' if bad == 0 else 'not green'}: " + ", ".join(f"{counts[s]} {s}" for s in STATUSES)
+          + f" ({len(index['cases'])} cases)")  # fmt: skip
+    return 0 if bad == 0 else 1
 
 
 def _load_case(text: str) -> Case:
@@ -155,6 +286,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "run":
             return _cmd_run(args, argv)
+        if args.command == "report":
+            return _cmd_merge(args)
+        if args.command == "bundle":
+            return _cmd_bundle(args)
+        if args.command == "verify":
+            return _cmd_verify(args)
+        if args.command == "vectors":
+            return _cmd_vectors(args)
         return _cmd_replay(args)
     except (QConformError, BackendError) as exc:
         print(f"qconform: error: {exc}", file=sys.stderr)

@@ -1,50 +1,132 @@
-"""Reports of a run: ``report.json`` (schema ``schemas/report.schema.json``), ``report.md``
-(a conformance matrix a person reads in a minute) and ``junit.xml`` (one testcase per
-contract x parameter set).  Counterexamples whose replay token is long are saved under
-``cases/`` and the replay command points at the file.
+"""Reports: ``report.json`` (schema ``schemas/report.schema.json``, ``docs/report-format.md``),
+``report.md`` (a conformance matrix a person reads in a minute), ``report.html`` (one
+self-contained page, ``html_report.py``) and ``junit.xml`` (one testcase per row and backend).
+
+A report holds *runs* (one per ``qconform run``: backend, environment, command, profile, seed,
+shard) and *results* (one per row a run ran, naming its run by index).  The conformance matrix
+has a row per contract x parameter set and a column per implementation (backend name, device and
+the versions it reports); the runs of one implementation, shards of one run included, fill one
+column.  ``qconform run`` writes the report of its one run; ``qconform report merge`` builds one
+report from several (:func:`merge_reports`) and refuses inputs that do not fit together.
+
+While a run goes on, each finished row is appended to ``results.jsonl`` in the report directory
+(:class:`Journal`), so a killed run keeps what it finished; ``qconform report merge
+DIR/results.jsonl`` turns it into a report whose verdict is ``incomplete``.  The journal is
+removed once the report files are written.  Every file is written whole (a temporary file,
+then a rename).  A counterexample whose replay token is long is saved under ``cases/`` and the
+replay command points at the file.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
+import os
+import re
 import shlex
+import shutil
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
+import jsonschema
+
 from conformance.carriers import get_dtype
+from conformance.case import Case
 from conformance.compare import format_bits
 from conformance.environment import fingerprint, git_commit, suite_version
+from conformance.errors import QConformError
 from conformance.registry import Spec
-from conformance.runner import ComboResult
+from conformance.runner import ERROR_BIN_EDGES, STATUSES, ComboResult, row_id
+from conformance.shard import Shard
 
-__all__ = ["REPORT_SCHEMA_VERSION", "build_report", "replay_command", "write_reports"]
+__all__ = [
+    "BAD_STATUSES",
+    "JOURNAL",
+    "REPORT_FILES",
+    "REPORT_SCHEMA_VERSION",
+    "Column",
+    "Journal",
+    "ReportParts",
+    "assemble",
+    "clear_report_dir",
+    "columns",
+    "load_parts",
+    "matrix_rows",
+    "merge_reports",
+    "prepare_report_dir",
+    "remove_created",
+    "render_junit",
+    "render_markdown",
+    "result_record",
+    "row_params",
+    "run_record",
+    "spec_records",
+    "summary_line",
+    "validate_report",
+    "write_reports",
+]
 
-REPORT_SCHEMA_VERSION = "1.0"
+REPORT_SCHEMA_VERSION = "2.0"
+REPORT_FILES = ("report.json", "report.md", "report.html", "junit.xml")
+JOURNAL = "results.jsonl"
+CASES_DIR = "cases"
 MAX_INLINE_TOKEN = 2000
 MAX_LISTED_ELEMENTS = 16
+BAD_STATUSES = ("fail", "error", "crashed")
+_SCHEMA_PATH = Path(__file__).parent / "schemas" / "report.schema.json"
 
 
-def replay_command(backend: str, result: ComboResult, report_dir: Path | None) -> str | None:
-    """One line that replays the counterexample of ``result`` exactly."""
-    if result.case is None:
-        return None
-    token = result.case.token()
-    if len(token) > MAX_INLINE_TOKEN and report_dir is not None:
-        path = report_dir / "cases" / f"{result.id.replace('/', '_')}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result.case.to_json()))
-        token = str(path)
-    return f"qconform replay --backend {shlex.quote(backend)} {shlex.quote(token)}"
+# -- records ---------------------------------------------------------------------------------
+def spec_records(specs: Sequence[Spec]) -> list[dict[str, Any]]:
+    """What a report keeps of each spec: id, version, file, sha256 and every row id, in run order."""
+    return [
+        {
+            "contract": s.contract,
+            "version": s.raw["version"],
+            "path": f"{s.family}/{s.path.name}",
+            "sha256": s.sha256,
+            "rows": [row_id(s, combo) for combo in [*s.param_combinations(), None]],
+        }
+        for s in specs
+    ]
 
 
-def _counterexample(result: ComboResult) -> dict[str, Any] | None:
-    case = result.case
-    if case is None:
-        return None
+def run_record(
+    *,
+    backend: Mapping[str, Any],
+    backend_arg: str,
+    spec: str,
+    where: str | None,
+    shard: Shard | None,
+    profile: str,
+    seed: int,
+    command: str,
+    started: dt.datetime,
+) -> dict[str, Any]:
+    """One run as a report records it; ``complete`` and ``duration_s`` are set when it ends."""
+    return {
+        "backend": dict(backend),
+        "backend_arg": backend_arg,
+        "spec": spec,
+        "where": where,
+        "shard": None if shard is None else {"index": shard.index, "count": shard.count},
+        "profile": profile,
+        "seed": seed,
+        "command": command,
+        "created": started.isoformat(timespec="seconds"),
+        "duration_s": None,
+        "complete": False,
+        "suite": {"name": "qconform", "version": suite_version(), **git_commit()},
+        "environment": fingerprint(),
+    }
+
+
+def _counterexample(case: Case, result: ComboResult) -> dict[str, Any]:
     inputs = []
     for name, tensor in case.inputs.items():
         width = get_dtype(tensor.dtype).bits
@@ -70,97 +152,418 @@ def _counterexample(result: ComboResult) -> dict[str, Any] | None:
     }
 
 
-def build_report(
-    *,
-    backend: Mapping[str, Any],
-    backend_arg: str,
-    specs: Sequence[Spec],
-    results: Sequence[ComboResult],
-    profile: str,
-    seed: int,
-    command: str,
-    started: dt.datetime,
-    report_dir: Path | None,
-) -> dict[str, Any]:
-    counts = Counter(r.status for r in results)
-    verdict = "conformant" if counts["fail"] == 0 and counts["error"] == 0 else "non-conformant"
+def result_record(result: ComboResult, run: int) -> dict[str, Any]:
+    """One row of run ``run``; ``replay`` and ``case_file`` are filled in by :func:`assemble`."""
     return {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "suite": {"name": "qconform", "version": suite_version(), **git_commit()},
-        "created": started.isoformat(timespec="seconds"),
-        "duration_s": round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 3),
-        "command": command,
-        "backend": dict(backend),
-        "environment": fingerprint(),
-        "profile": profile,
-        "seed": seed,
-        "specs": [
-            {
-                "contract": s.contract,
-                "version": s.raw["version"],
-                "path": f"{s.family}/{s.path.name}",
-                "sha256": s.sha256,
-                "examples": s.examples_for(profile),
-            }
-            for s in specs
-        ],
-        "verdict": verdict,
-        "summary": {status: counts.get(status, 0) for status in ("pass", "fail", "error", "not-implemented")},
-        "results": [
-            {
-                "id": r.id,
-                "contract": r.contract,
-                "kind": r.kind,
-                "params": r.params,
-                "status": r.status,
-                "cases": r.cases,
-                "duration_s": round(r.duration_s, 4),
-                "message": r.message,
-                "counterexample": _counterexample(r),
-                "replay": replay_command(backend_arg, r, report_dir),
-            }
-            for r in results
-        ],
+        "run": run,
+        "id": result.id,
+        "contract": result.contract,
+        "kind": result.kind,
+        "params": result.params,
+        "status": result.status,
+        "cases": result.cases,
+        "duration_s": round(result.duration_s, 4),
+        "message": result.message,
+        "counterexample": None if result.case is None else _counterexample(result.case, result),
+        "case": None if result.case is None else result.case.to_json(),
+        "case_file": None,
+        "replay": None,
+        "errors": {name: [int(c) for c in counts] for name, counts in result.error_counts.items()},
     }
 
 
-_ICON = {"pass": "pass", "fail": "**FAIL**", "error": "**ERROR**", "not-implemented": "n/i"}
+# -- columns ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Column:
+    """One implementation: the runs of one backend name on one device with one set of versions."""
+
+    label: str
+    runs: tuple[int, ...]
+
+
+def _implementation(run: Mapping[str, Any]) -> str:
+    b = run["backend"]
+    return json.dumps([b["name"], b["device"], b["info"]], sort_keys=True)
+
+
+def columns(report: Mapping[str, Any]) -> list[Column]:
+    """The matrix columns, in the order their first run appears."""
+    groups: dict[str, list[int]] = {}
+    for i, run in enumerate(report["runs"]):
+        groups.setdefault(_implementation(run), []).append(i)
+    return [Column(report["runs"][runs[0]]["column"], tuple(runs)) for runs in groups.values()]
+
+
+def _labels(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A label per run: ``name (device)``, made unique per implementation where two would share one."""
+    keys = list(dict.fromkeys(_implementation(r) for r in runs))
+    by_key = {}
+    seen: Counter[str] = Counter()
+    for key in keys:
+        name, device, _ = json.loads(key)
+        base = f"{name} ({device})"
+        seen[base] += 1
+        by_key[key] = base if seen[base] == 1 else f"{base} #{seen[base]}"
+    return [by_key[_implementation(r)] for r in runs]
+
+
+# -- assembling -----------------------------------------------------------------------------
+def _case_file(label: str, result_id: str) -> str:
+    stem = re.sub(r"[^A-Za-z0-9._=,-]+", "_", f"{label}-{result_id}")
+    return f"{CASES_DIR}/{stem}.json"
+
+
+def _replay(run: Mapping[str, Any], result: dict[str, Any], report_dir: Path | None) -> None:
+    """Fill ``replay`` (and ``case_file`` where the token is long) for a result with a counterexample."""
+    result["replay"] = result["case_file"] = None
+    if result["case"] is None:
+        return
+    token = Case.from_json(result["case"]).token()
+    if len(token) > MAX_INLINE_TOKEN and report_dir is not None:
+        result["case_file"] = _case_file(run["column"], result["id"])
+        token = str(report_dir / result["case_file"])
+    result["replay"] = f"qconform replay --backend {shlex.quote(run['backend_arg'])} {shlex.quote(token)}"
+
+
+def _incomplete(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Why the report does not cover what its runs set out to run (interrupted runs, missing shards)."""
+    reasons = [
+        f"run {i} ({run['column']}, {run['command']}) was interrupted"
+        for i, run in enumerate(runs)
+        if not run["complete"]
+    ]
+    sharded: dict[tuple[str, str, str | None, int], set[int]] = {}
+    for run in runs:
+        if run["shard"] is not None:
+            key = (run["column"], run["spec"], run["where"], run["shard"]["count"])
+            sharded.setdefault(key, set()).add(run["shard"]["index"])
+    for (label, spec, where, count), present in sharded.items():
+        missing = sorted(set(range(1, count + 1)) - present)
+        if missing:
+            scope = f"--spec {spec!r}" + (f" --where {where!r}" if where else "")
+            reasons.append(f"{label}, {scope}: shards {', '.join(f'{i}/{count}' for i in missing)} are missing")
+    return reasons
+
+
+def assemble(
+    runs: Sequence[Mapping[str, Any]],
+    specs: Iterable[Mapping[str, Any]],
+    results: Iterable[Mapping[str, Any]],
+    report_dir: Path | None,
+) -> dict[str, Any]:
+    """A report from its runs, specs and results (the one way both ``run`` and ``merge`` build one).
+
+    Results are put in matrix order (column, then spec path, then the spec's row order), each
+    run gets its column label, and every counterexample its replay command for ``report_dir``.
+    """
+    runs = [{**r, "column": label} for r, label in zip(runs, _labels(runs), strict=True)]
+    spec_list = sorted((dict(s) for s in specs), key=lambda s: s["path"])
+    position = {(s["contract"], rid): (i, j) for i, s in enumerate(spec_list) for j, rid in enumerate(s["rows"])}
+    column_index = {key: c for c, key in enumerate(dict.fromkeys(map(_implementation, runs)))}
+    column_of = [column_index[_implementation(run)] for run in runs]
+    ordered = sorted(
+        (dict(r) for r in results),
+        key=lambda r: (column_of[r["run"]], *position.get((r["contract"], r["id"]), (len(spec_list), 0)), r["id"]),
+    )
+    for r in ordered:
+        _replay(runs[r["run"]], r, report_dir)
+    counts = Counter(r["status"] for r in ordered)
+    incomplete = _incomplete(runs)
+    if any(counts[s] for s in BAD_STATUSES):
+        verdict = "non-conformant"
+    elif incomplete:
+        verdict = "incomplete"
+    else:
+        verdict = "conformant"
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "verdict": verdict,
+        "summary": {status: counts.get(status, 0) for status in STATUSES},
+        "incomplete": incomplete,
+        "error_bin_edges": list(ERROR_BIN_EDGES[:-1]),
+        "specs": spec_list,
+        "runs": runs,
+        "results": ordered,
+    }
+
+
+# -- the journal of a run in progress --------------------------------------------------------
+class Journal:
+    """``results.jsonl``: the run and its specs on the first line, then one line per finished row,
+    then ``{"end": ...}``; each line is flushed and synced as it is written."""
+
+    def __init__(self, report_dir: Path, run: Mapping[str, Any], specs: Sequence[Mapping[str, Any]]):
+        self.path = report_dir / JOURNAL
+        self._file = self.path.open("w")
+        self._write({"schema_version": REPORT_SCHEMA_VERSION, "run": dict(run), "specs": list(specs)})
+
+    def _write(self, obj: Mapping[str, Any]) -> None:
+        self._file.write(json.dumps(obj) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def add(self, result: Mapping[str, Any]) -> None:
+        self._write({"result": dict(result)})
+
+    def end(self, duration_s: float) -> None:
+        self._write({"end": {"duration_s": round(duration_s, 3)}})
+        self._file.close()
+
+    def remove(self) -> None:
+        self._file.close()
+        self.path.unlink(missing_ok=True)
+
+
+# -- loading and merging ---------------------------------------------------------------------
+@functools.cache
+def _validator() -> jsonschema.protocols.Validator:
+    return jsonschema.Draft202012Validator(json.loads(_SCHEMA_PATH.read_text()))
+
+
+def validate_report(report: Mapping[str, Any], source: str) -> None:
+    """``QConformError`` naming ``source``, the key path and the problem where ``report`` breaks the schema."""
+    version = report.get("schema_version") if isinstance(report, Mapping) else None
+    if version != REPORT_SCHEMA_VERSION:
+        raise QConformError(
+            f"{source}: schema_version {version!r}, but this qconform reads {REPORT_SCHEMA_VERSION!r} "
+            "(re-run the suite, or use the qconform that wrote it)"
+        )
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(report))
+    if error is not None:
+        where = "/".join(str(k) for k in error.absolute_path) or "<top>"
+        raise QConformError(f"{source}: not a valid report: at {where}: {error.message}")
+
+
+@dataclass(frozen=True)
+class ReportParts:
+    """What one input of a merge holds: its runs, specs and results (run indices local to it)."""
+
+    source: str
+    runs: list[dict[str, Any]]
+    specs: list[dict[str, Any]]
+    results: list[dict[str, Any]]
+
+
+def _read_journal(path: Path) -> ReportParts:
+    """A journal; a last line cut short by a kill is dropped."""
+    text = path.read_text()
+    text = text[: text.rfind("\n") + 1]
+    records = []
+    for n, line in enumerate(text.splitlines(), 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise QConformError(f"{path}:{n}: not JSON ({exc})") from None
+    if not records or not isinstance(records[0], dict) or "run" not in records[0]:
+        raise QConformError(f"{path}: not a qconform results journal (its first line holds no run)")
+    head = records[0]
+    run = dict(head["run"])
+    results = [dict(rec["result"], run=0) for rec in records[1:] if "result" in rec]
+    end = next((rec["end"] for rec in records[1:] if "end" in rec), None)
+    run["complete"], run["duration_s"] = end is not None, None if end is None else end["duration_s"]
+    parts = ReportParts(str(path), [run], list(head["specs"]), results)
+    validate_report(assemble(parts.runs, parts.specs, parts.results, None), str(path))
+    return parts
+
+
+def load_parts(path: Path) -> ReportParts:
+    """A ``report.json``, or the ``results.jsonl`` journal a killed run left, checked against the schema."""
+    try:
+        if path.suffix == ".jsonl":
+            return _read_journal(path)
+        report = json.loads(path.read_text())
+    except OSError as exc:
+        raise QConformError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise QConformError(f"{path}: not JSON ({exc})") from None
+    validate_report(report, str(path))
+    return ReportParts(str(path), report["runs"], report["specs"], report["results"])
+
+
+def merge_reports(paths: Sequence[Path], report_dir: Path | None) -> dict[str, Any]:
+    """One report from several (shards, runs of other backends); ``QConformError`` where they do not fit.
+
+    Refused: a contract whose spec hash differs between inputs (the runs checked different
+    contracts), a row that two inputs ran for the same implementation (a shard given twice, or
+    overlapping runs), and runs of one implementation with different seeds or profiles (their
+    cases differ, so they do not form one run).
+    """
+    if not paths:
+        raise QConformError("report merge needs at least one report.json or results.jsonl")
+    parts = [load_parts(p) for p in paths]
+    specs: dict[str, tuple[dict[str, Any], str]] = {}
+    for part in parts:
+        for s in part.specs:
+            seen = specs.setdefault(s["contract"], (s, part.source))
+            if seen[0]["sha256"] != s["sha256"]:
+                raise QConformError(
+                    f"{s['contract']}: spec sha256 {seen[0]['sha256'][:16]}... in {seen[1]}, but "
+                    f"{s['sha256'][:16]}... in {part.source}: the runs checked different versions of the contract; "
+                    "merge runs of one spec version"
+                )
+    runs: list[dict[str, Any]] = []
+    sources: list[str] = []
+    results: list[dict[str, Any]] = []
+    for part in parts:
+        offset = len(runs)
+        runs += part.runs
+        sources += [part.source] * len(part.runs)
+        results += [dict(r, run=r["run"] + offset) for r in part.results]
+    first_run: dict[str, int] = {}
+    for i, run in enumerate(runs):
+        j = first_run.setdefault(_implementation(run), i)
+        for field in ("seed", "profile"):
+            if run[field] != runs[j][field]:
+                raise QConformError(
+                    f"backend {run['backend']['name']!r} on {run['backend']['device']}: {field} {runs[j][field]!r} "
+                    f"in {sources[j]}, but {run[field]!r} in {sources[i]}: runs of one backend merge only with one "
+                    f"{field} (they would not form one run)"
+                )
+    owner: dict[tuple[str, str], int] = {}
+    for r in results:
+        key = (_implementation(runs[r["run"]]), r["id"])
+        if key in owner:
+            name = runs[r["run"]]["backend"]["name"]
+            raise QConformError(
+                f"duplicate case id {r['id']!r} for backend {name!r}: in {sources[owner[key]]} and in "
+                f"{sources[r['run']]} (a shard given twice, or runs that overlap)"
+            )
+        owner[key] = r["run"]
+    return assemble(runs, (s for s, _ in specs.values()), results, report_dir)
+
+
+# -- writing ----------------------------------------------------------------------------------
+def prepare_report_dir(report_dir: Path) -> list[Path]:
+    """Create ``report_dir`` and check it takes files; returns the directories created (to remove on failure)."""
+    created = [p for p in (report_dir, *report_dir.parents) if not p.exists()][::-1]
+    try:
+        report_dir.mkdir(parents=True, exist_ok=True)
+        probe = report_dir / ".qconform-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        remove_created(created)
+        raise QConformError(f"cannot write reports to {report_dir}: {exc.strerror or exc}") from None
+    return created
+
+
+def remove_created(created: Sequence[Path]) -> None:
+    """Remove the directories ``prepare_report_dir`` created, where they are still empty."""
+    for path in reversed(created):
+        try:
+            path.rmdir()
+        except OSError:
+            return
+
+
+def clear_report_dir(report_dir: Path) -> None:
+    """Remove a previous run's report files, journal and saved cases, so no stale file survives."""
+    for name in (*REPORT_FILES, JOURNAL):
+        (report_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(report_dir / CASES_DIR, ignore_errors=True)
+
+
+def _write_whole(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def write_reports(report: Mapping[str, Any], report_dir: Path) -> list[Path]:
+    """Write the saved cases, then the four report files; each file is written whole."""
+    from conformance.html_report import render_html
+
+    report_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for r in report["results"]:
+        if r["case_file"] is not None:
+            path = report_dir / r["case_file"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write_whole(path, json.dumps(r["case"]))
+    for name, text in (
+        ("report.json", json.dumps(report, indent=1) + "\n"),
+        ("report.md", render_markdown(report)),
+        ("report.html", render_html(report)),
+        ("junit.xml", render_junit(report)),
+    ):
+        path = report_dir / name
+        _write_whole(path, text)
+        written.append(path)
+    return written
+
+
+# -- text renderings ----------------------------------------------------------------------------
+_ICON = {"pass": "pass", "fail": "**FAIL**", "error": "**ERROR**", "crashed": "**CRASHED**", "not-implemented": "n/i"}
+
+
+def summary_line(report: Mapping[str, Any]) -> str:
+    """``N pass, N fail, ...`` over every status."""
+    return ", ".join(f"{n} {status}" for status, n in report["summary"].items())
+
+
+def row_params(result: Mapping[str, Any]) -> str:
+    """A row's variant as text: ``format=float8_e4m3fn, overflow=saturate``."""
+    if result["kind"] == "invalid-input":
+        return "invalid inputs"
+    return ", ".join(f"{k}={v}" for k, v in result["params"].items()) or "(single row)"
+
+
+def matrix_rows(report: Mapping[str, Any]) -> list[tuple[str, str, dict[int, Mapping[str, Any]]]]:
+    """(contract, row id, {column index: result}) for every row some column ran, in spec order."""
+    cols = columns(report)
+    column_of = {run: c for c, col in enumerate(cols) for run in col.runs}
+    cells: dict[tuple[str, str], dict[int, Mapping[str, Any]]] = {}
+    for r in report["results"]:
+        cells.setdefault((r["contract"], r["id"]), {})[column_of[r["run"]]] = r
+    ordered = [(s["contract"], rid) for s in report["specs"] for rid in s["rows"] if (s["contract"], rid) in cells]
+    extra = [key for key in cells if key not in set(ordered)]
+    return [(contract, rid, cells[(contract, rid)]) for contract, rid in [*ordered, *extra]]
 
 
 def render_markdown(report: Mapping[str, Any]) -> str:
-    env, backend, summary = report["environment"], report["backend"], report["summary"]
-    info = ", ".join(f"{k} {v}" for k, v in backend["info"].items())
+    cols = columns(report)
     lines = [
-        f"# qconform conformance report: `{backend['name']}`",
+        "# qconform conformance report",
         "",
-        f"**Verdict: {report['verdict']}** — {summary['pass']} pass, {summary['fail']} fail, "
-        f"{summary['error']} error, {summary['not-implemented']} not implemented.",
+        f"**Verdict: {report['verdict']}** — {summary_line(report)}.",
+        *(f"- incomplete: {reason}" for reason in report["incomplete"]),
         "",
-        f"- Backend: `{backend['name']}` on `{backend['device']}` ({info})",
-        f"- Suite: qconform {report['suite']['version']}, commit `{report['suite']['commit'][:12]}`"
-        f"{'' if report['suite']['clean'] else ' (uncommitted changes)'}",
-        f"- Environment: Python {env['python']}, NumPy {env['numpy']}, torch {env['torch']}, triton {env['triton']}, "
-        f"CUDA {env['cuda']}, GPU {env['gpu'] or 'none'}, driver {env['driver'] or 'n/a'}",
-        f"- Profile `{report['profile']}`, seed {report['seed']}; reproduce with: `{report['command']}`",
+    ]
+    for i, run in enumerate(report["runs"]):
+        env, suite = run["environment"], run["suite"]
+        info = ", ".join(f"{k} {v}" for k, v in run["backend"]["info"].items())
+        shard = f", shard {run['shard']['index']}/{run['shard']['count']}" if run["shard"] else ""
+        lines += [
+            f"- Run {i}: `{run['column']}` ({info}); profile `{run['profile']}`, seed {run['seed']}{shard}; "
+            f"qconform {suite['version']}, commit `{suite['commit'][:12]}`"
+            f"{'' if suite['clean'] in (True, None) else ' (uncommitted changes)'}; Python {env['python']}, "
+            f"NumPy {env['numpy']}, torch {env['torch']}, triton {env['triton']}, CUDA {env['cuda']}, "
+            f"GPU {env['gpu'] or 'none'}, driver {env['driver'] or 'n/a'}",
+            f"  reproduce with: `{run['command']}`",
+        ]
+    header = " | ".join(f"`{c.label}`" for c in cols)
+    lines += [
         "",
         "## Conformance matrix",
         "",
-        "| contract | parameters | status | cases | note |",
-        "| --- | --- | --- | ---: | --- |",
+        f"| contract | parameters | {header} | note |",
+        f"| --- | --- | {' | '.join('---' for _ in cols)} | --- |",
     ]
-    for r in report["results"]:
-        params = ", ".join(f"{k}={v}" for k, v in r["params"].items()) or (
-            "invalid inputs" if r["kind"] == "invalid-input" else "—"
+    for contract, _, cells in matrix_rows(report):
+        any_result = next(iter(cells.values()))
+        marks = " | ".join(
+            f"{_ICON[cells[c]['status']]} ({cells[c]['cases']})" if c in cells else "—" for c in range(len(cols))
         )
-        note = r["message"].splitlines()[0] if r["message"] else ""
-        lines.append(
-            f"| `{r['contract']}` | {params} | {_ICON[r['status']]} | {r['cases']} | {note.replace('|', '/')} |"
-        )
-    failing = [r for r in report["results"] if r["status"] in ("fail", "error")]
+        notes = [r["message"].splitlines()[0] for r in cells.values() if r["message"] and r["status"] != "pass"]
+        note = notes[0].replace("|", "/") if notes else ""
+        lines.append(f"| `{contract}` | {row_params(any_result)} | {marks} | {note} |")
+    failing = [r for r in report["results"] if r["status"] in BAD_STATUSES]
     if failing:
         lines += ["", "## Counterexamples", ""]
     for r in failing:
-        lines += [f"### `{r['id']}`: {r['status']}", "", r["message"].splitlines()[0] if r["message"] else "", ""]
+        label = report["runs"][r["run"]]["column"]
+        first = r["message"].splitlines()[0] if r["message"] else ""
+        lines += [f"### `{r['id']}` on `{label}`: {r['status']}", "", first, ""]
         ce = r["counterexample"]
         if ce:
             for t in ce["inputs"]:
@@ -181,45 +584,34 @@ def render_markdown(report: Mapping[str, Any]) -> str:
 
 
 def render_junit(report: Mapping[str, Any]) -> str:
-    results = report["results"]
-    counts = report["summary"]
-    suite = ET.Element(
-        "testsuite",
-        name=f"qconform.{report['backend']['name']}",
-        tests=str(len(results)),
-        failures=str(counts["fail"]),
-        errors=str(counts["error"]),
-        skipped=str(counts["not-implemented"]),
-        time=f"{report['duration_s']:.3f}",
-        timestamp=report["created"],
-    )
-    for r in results:
-        case = ET.SubElement(suite, "testcase", classname=r["contract"], name=r["id"], time=f"{r['duration_s']:.4f}")
-        body = r["message"] + (f"\nreplay: {r['replay']}" if r["replay"] else "")
-        if r["status"] == "fail":
-            ET.SubElement(case, "failure", message=r["message"].splitlines()[0]).text = body
-        elif r["status"] == "error":
-            ET.SubElement(case, "error", message=r["message"].splitlines()[0]).text = body
-        elif r["status"] == "not-implemented":
-            ET.SubElement(case, "skipped", message=r["message"])
+    """One testsuite per column, one testcase per row it ran."""
     root = ET.Element("testsuites")
-    root.append(suite)
+    for col in columns(report):
+        results = [r for r in report["results"] if r["run"] in col.runs]
+        counts = Counter(r["status"] for r in results)
+        first = report["runs"][col.runs[0]]
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=f"qconform.{first['backend']['name']}",
+            tests=str(len(results)),
+            failures=str(counts["fail"]),
+            errors=str(counts["error"] + counts["crashed"]),
+            skipped=str(counts["not-implemented"]),
+            time=f"{sum(r['duration_s'] for r in results):.3f}",
+            timestamp=first["created"],
+        )
+        for r in results:
+            case = ET.SubElement(
+                suite, "testcase", classname=r["contract"], name=r["id"], time=f"{r['duration_s']:.4f}"
+            )
+            body = r["message"] + (f"\nreplay: {r['replay']}" if r["replay"] else "")
+            first_line = r["message"].splitlines()[0] if r["message"] else ""
+            if r["status"] == "fail":
+                ET.SubElement(case, "failure", message=first_line).text = body
+            elif r["status"] in ("error", "crashed"):
+                ET.SubElement(case, "error", message=f"{r['status']}: {first_line}").text = body
+            elif r["status"] == "not-implemented":
+                ET.SubElement(case, "skipped", message=r["message"])
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
-
-
-def write_reports(report: Mapping[str, Any], report_dir: Path) -> list[Path]:
-    """Write the three report files; each is written whole (temporary file, then rename)."""
-    report_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in (
-        ("report.json", json.dumps(report, indent=2) + "\n"),
-        ("report.md", render_markdown(report)),
-        ("junit.xml", render_junit(report)),
-    ):
-        path = report_dir / name
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
-        written.append(path)
-    return written

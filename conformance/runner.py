@@ -10,15 +10,23 @@ For each contract and each combination of its finite parameters the runner
 
 and stops the combination at its first failure.  A failure on an elementwise contract is
 minimized further to the offending elements alone.  Invalid-input checks form one extra
-row per contract.  A backend that raises, crashes or hangs gives an ``error`` for that row;
-the run goes on.
+row per contract.  A backend that raises, or returns outputs of the wrong kind, fails the row
+(``error`` where it raised); one that kills its process or hangs past the timeout makes the row
+``crashed``; the run goes on either way.
+
+For a contract whose outputs have a tolerance (``ulp``, ``close``, ``bound``), each row also
+counts how much of the tolerance its elements use (``compare.tolerance_usage``) in the bins of
+``ERROR_BIN_EDGES``, over the cases before its first failure: the report's error-distribution
+plot.  ``run`` takes a ``shard`` (``shard.py``) and hands each finished row to ``on_result``, so
+a caller can write results as they come.
 """
 
 from __future__ import annotations
 
+import math
 import time
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,17 +36,34 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from conformance import exhaustive
 from conformance.carriers import carrier_to_bits
 from conformance.case import Case, TensorBits
-from conformance.compare import Mismatch, compare_outputs
+from conformance.compare import Mismatch, compare_outputs, tolerance_usage
 from conformance.errors import SpecError
 from conformance.expr import evaluate as evaluate_expr
 from conformance.registry import Spec
+from conformance.shard import Shard
 from conformance.strategies import boundary_cases, case_strategy, literal_case
 from conformance.values import values_to_bits
 from conformance.worker import CallOutcome
 
-__all__ = ["BackendHandle", "ComboResult", "Runner", "combo_id"]
+__all__ = [
+    "ERROR_BIN_EDGES",
+    "STATUSES",
+    "BackendHandle",
+    "ComboResult",
+    "Runner",
+    "combo_id",
+    "random_settings",
+    "row_id",
+    "row_seed",
+    "select_rows",
+]
 
-STATUSES = ("pass", "fail", "error", "not-implemented")
+STATUSES = ("pass", "fail", "error", "crashed", "not-implemented")
+"""A row's status: ``crashed`` is a backend process that died or hung past the timeout."""
+ERROR_BIN_EDGES = (0.0, *(2.0**k for k in range(-20, 1, 2)), math.inf)
+"""Upper edges of the bins of the share of its tolerance an element uses (``compare.tolerance_usage``):
+bin ``i`` holds the shares in ``(edges[i-1], edges[i]]``, so bin 0 the exact elements, then ``(0, 2^-20]``,
+``(2^-20, 2^-18]``, ..., ``(2^-2, 1]``, and the last ``(1, inf]``: the elements outside the tolerance."""
 
 
 class BackendHandle(Protocol):
@@ -58,12 +83,23 @@ def combo_id(contract: str, params: Mapping[str, Any], suffix: str = "") -> str:
     return f"{contract}[{inner}{suffix}]" if (inner or suffix) else contract
 
 
+def row_id(spec: Spec, combo: Mapping[str, Any] | None) -> str:
+    """The id of a report row: a parameter set of ``spec``, or its invalid-input row for ``None``."""
+    return combo_id(spec.contract, {}, ",invalid-input") if combo is None else combo_id(spec.contract, combo)
+
+
+def _bin_counts(shares: np.ndarray) -> np.ndarray:
+    """How many of ``shares`` fall in each bin of ``ERROR_BIN_EDGES``."""
+    index = np.searchsorted(np.asarray(ERROR_BIN_EDGES), shares, side="left")
+    return np.bincount(index, minlength=len(ERROR_BIN_EDGES))
+
+
 @dataclass
 class Evaluation:
-    status: str  # pass | fail | error
+    status: str  # pass | fail | error | crashed (stop the row, do not shrink)
     message: str = ""
     mismatches: list[Mismatch] = field(default_factory=list)
-    fatal: bool = False  # a crash or a timeout: stop the row, do not shrink
+    error_counts: dict[str, np.ndarray] = field(default_factory=dict)  # per toleranced output: bin counts
 
 
 @dataclass
@@ -79,10 +115,17 @@ class ComboResult:
     message: str = ""
     case: Case | None = None
     mismatches: list[Mismatch] = field(default_factory=list)
+    error_counts: dict[str, np.ndarray] = field(default_factory=dict)
+    """Per output with a tolerance, elements per bin of ``ERROR_BIN_EDGES`` (module docstring)."""
 
     @property
     def id(self) -> str:
         return combo_id(self.contract, self.params, ",invalid-input" if self.kind == "invalid-input" else "")
+
+    def count_errors(self, evaluation: Evaluation) -> None:
+        """Add the error distribution of one evaluated case."""
+        for name, counts in evaluation.error_counts.items():
+            self.error_counts[name] = self.error_counts.get(name, 0) + counts
 
 
 class _Failed(Exception):
@@ -93,8 +136,24 @@ class _Abort(BaseException):
     """Stops hypothesis at once (crash or timeout): shrinking would restart the worker per step."""
 
 
-def _combo_seed(seed_value: int, identifier: str) -> int:
-    return zlib.crc32(f"{seed_value}|{identifier}".encode())
+def random_settings(max_examples: int) -> settings:
+    """How a row draws its random cases: no example database, no deadline, quiet, seeded by the caller."""
+    return settings(
+        max_examples=max_examples,
+        database=None,
+        deadline=None,
+        derandomize=False,
+        phases=(Phase.generate, Phase.shrink),
+        verbosity=Verbosity.quiet,
+        report_multiple_bugs=False,
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+    )
+
+
+def row_seed(seed_value: int, spec: Spec, combo: Mapping[str, Any]) -> int:
+    """The hypothesis seed of a row's random cases: ``--seed`` and the row id, nothing else."""
+    return zlib.crc32(f"{seed_value}|{combo_id(spec.contract, combo)}".encode())
 
 
 class Runner:
@@ -116,7 +175,8 @@ class Runner:
         self.progress = progress or (lambda line: None)
 
     # -- one case ----------------------------------------------------------------------------
-    def reference_outputs(self, spec: Spec, case: Case) -> dict[str, np.ndarray]:
+    @staticmethod
+    def reference_outputs(spec: Spec, case: Case) -> dict[str, np.ndarray]:
         """The reference's outputs as bit patterns, checked against the spec's dtypes and shapes."""
         raw = dict(spec.reference_function()(**case.carriers(), **case.params))
         out: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in raw.items()}
@@ -139,13 +199,15 @@ class Runner:
         if outcome.kind == "raised":
             return Evaluation("error", f"backend raised {outcome.exc_type}: {outcome.message}")
         if outcome.kind in ("crash", "timeout"):
-            return Evaluation("error", f"backend {outcome.kind}: {outcome.message}", fatal=True)
+            return Evaluation("crashed", f"backend {outcome.kind}: {outcome.message}")
         outputs = spec.active_outputs(case.params)
         dtypes = {name: spec.output_dtype(name, case.dtypes()) for name in outputs}
         mismatches = compare_outputs(outputs, dtypes, case.params, reference, outcome.outputs)
+        usage = tolerance_usage(outputs, dtypes, case.params, reference, outcome.outputs)
+        counts = {name: _bin_counts(shares) for name, shares in usage.items()}
         if mismatches:
-            return Evaluation("fail", mismatches[0].message, mismatches)
-        return Evaluation("pass")
+            return Evaluation("fail", mismatches[0].message, mismatches, counts)
+        return Evaluation("pass", error_counts=counts)
 
     def _minimize(self, spec: Spec, case: Case, failure: Evaluation) -> tuple[Case, Evaluation]:
         """For an elementwise contract, keep only the first offending elements (if they still fail)."""
@@ -165,15 +227,21 @@ class Runner:
         return (smaller, again) if again.status == "fail" else (case, failure)
 
     # -- rows ----------------------------------------------------------------------------------
-    def run(self, specs: Iterable[Spec], where: str | None = None) -> list[ComboResult]:
-        """Every row of ``specs``; with ``where`` (an expression over params), only the rows where it holds."""
-        rows = [(spec, combo) for spec in specs for combo in [*spec.param_combinations(), None]]
-        if where is not None:
-            rows = [(s, c) for s, c in rows if c is not None and _holds(where, s.with_defaults(c))]
+    def run(
+        self,
+        specs: Iterable[Spec],
+        where: str | None = None,
+        shard: Shard | None = None,
+        on_result: Callable[[ComboResult], None] | None = None,
+    ) -> list[ComboResult]:
+        """The rows ``select_rows`` picks; ``on_result`` sees each row as it finishes."""
+        rows = select_rows(specs, where, shard)
         results: list[ComboResult] = []
         for i, (spec, combo) in enumerate(rows, 1):
             result = self.run_invalid(spec) if combo is None else self.run_combo(spec, combo)
             results.append(result)
+            if on_result is not None:
+                on_result(result)
             self.progress(
                 f"[{i}/{len(rows)}] {result.id}: {result.status} ({result.cases} cases, {result.duration_s:.1f} s)"
             )
@@ -186,12 +254,13 @@ class Runner:
         if reason is not None:
             result.status, result.message = "not-implemented", reason
             return result
-        for case in self._deterministic_cases(spec, combo):
+        for case in self.deterministic_cases(spec, combo):
             result.cases += 1
             if case.label.startswith("example:") and (problem := self._check_expectation(spec, case)):
                 self._record(result, case, Evaluation("error", problem))
                 break
             evaluation = self.evaluate(spec, case)
+            result.count_errors(evaluation)
             if evaluation.status != "pass":
                 self._record(result, *self._minimize(spec, case, evaluation))
                 break
@@ -218,7 +287,9 @@ class Runner:
             evaluation = self.evaluate(spec, case) if case is not None else Evaluation(status, message)
             self._record(result, case, Evaluation(status, f"{message}; {evaluation.message}", evaluation.mismatches))
 
-    def _deterministic_cases(self, spec: Spec, combo: Mapping[str, Any]) -> Iterable[Case]:
+    @staticmethod
+    def deterministic_cases(spec: Spec, combo: Mapping[str, Any]) -> Iterator[Case]:
+        """A row's regression examples, then its boundary cases."""
         for example in spec.raw.get("examples") or []:
             params = spec.with_defaults(example.get("params") or {})
             if all(params[k] == v for k, v in combo.items()):
@@ -251,29 +322,21 @@ class Runner:
             return
         state: dict[str, Any] = {"failure": None}
 
-        @settings(
-            max_examples=n,
-            database=None,
-            deadline=None,
-            derandomize=False,
-            phases=(Phase.generate, Phase.shrink),
-            verbosity=Verbosity.quiet,
-            report_multiple_bugs=False,
-            suppress_health_check=list(HealthCheck),
-            print_blob=False,
-        )
+        @random_settings(n)
         @given(case_strategy(spec, combo))
         def conforms(case: Case) -> None:
             result.cases += 1
             evaluation = self.evaluate(spec, case)
+            if state["failure"] is None:  # not while shrinking
+                result.count_errors(evaluation)
             if evaluation.status == "pass":
                 return
             state["failure"] = (case, evaluation)
-            if evaluation.fatal:
+            if evaluation.status == "crashed":
                 raise _Abort
             raise _Failed(evaluation.message)
 
-        seeded = seed(_combo_seed(self.seed, combo_id(spec.contract, combo)))(conforms)
+        seeded = seed(row_seed(self.seed, spec, combo))(conforms)
         try:
             seeded()
         except (_Failed, _Abort):
@@ -307,33 +370,46 @@ class Runner:
             result.cases += 1
             problem = self._check_raises(spec, case, entry)
             if problem is not None:
-                status = "error" if problem.startswith("the reference") else "fail"
-                self._record(result, case, Evaluation(status, problem))
+                self._record(result, case, problem)
                 break
         result.duration_s = time.perf_counter() - start
         return result
 
-    def _check_raises(self, spec: Spec, case: Case, entry: Mapping[str, Any]) -> str | None:
+    def _check_raises(self, spec: Spec, case: Case, entry: Mapping[str, Any]) -> Evaluation | None:
+        """``None`` when the reference and the backend both raise as ``entry`` says, else what went wrong."""
+        expected = f"{entry['raises']} naming {entry['match']}"
         try:
             spec.reference_function()(**case.carriers(), **case.params)
         except Exception as exc:
             if not _raised_as_expected(type(exc).__name__, [c.__name__ for c in type(exc).__mro__], str(exc), entry):
-                expected = f"{entry['raises']} naming {entry['match']}"
-                return f"the reference raised {type(exc).__name__}: {exc}; the spec expects {expected}"
+                message = f"the reference raised {type(exc).__name__}: {exc}; the spec expects {expected}"
+                return Evaluation("error", message)
         else:
-            return f"the reference accepted invalid input {entry['name']!r}; the spec expects {entry['raises']}"
+            message = f"the reference accepted invalid input {entry['name']!r}; the spec expects {entry['raises']}"
+            return Evaluation("error", message)
         outcome = self.handle.call(spec.contract, case.carriers(), case.dtypes(), case.params)
         if outcome.kind == "ok":
-            return (
-                f"{entry['name']}: expected {entry['raises']} naming {entry['match']}, but the backend returned outputs"
-            )
+            return Evaluation("fail", f"{entry['name']}: expected {expected}, but the backend returned outputs")
         if outcome.kind != "raised":
-            return f"{entry['name']}: backend {outcome.kind}: {outcome.message}"
+            return Evaluation("crashed", f"{entry['name']}: backend {outcome.kind}: {outcome.message}")
         if not _raised_as_expected(outcome.exc_type, list(outcome.exc_bases), outcome.message, entry):
             first_line = outcome.message.splitlines()[0] if outcome.message else ""
-            expected = f"{entry['raises']} naming {entry['match']}"
-            return f"{entry['name']}: expected {expected}, got {outcome.exc_type}: {first_line}"
+            return Evaluation("fail", f"{entry['name']}: expected {expected}, got {outcome.exc_type}: {first_line}")
         return None
+
+
+def select_rows(
+    specs: Iterable[Spec], where: str | None = None, shard: Shard | None = None
+) -> list[tuple[Spec, dict[str, Any] | None]]:
+    """The rows of ``specs`` in run order, as (spec, parameter set), ``None`` for a contract's invalid-input
+    row; with ``where`` (an expression over params) only the parameter sets where it holds, with ``shard``
+    only the rows of that shard."""
+    rows = [(spec, combo) for spec in specs for combo in [*spec.param_combinations(), None]]
+    if where is not None:
+        rows = [(s, c) for s, c in rows if c is not None and _holds(where, s.with_defaults(c))]
+    if shard is not None:
+        rows = [(s, c) for s, c in rows if shard.holds(row_id(s, c))]
+    return rows
 
 
 def _holds(where: str, params: Mapping[str, Any]) -> bool:
