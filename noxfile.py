@@ -54,7 +54,7 @@ def tests(session: nox.Session) -> None:
 
 def _conformance_args(session: nox.Session) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="nox -s conformance --")
-    parser.add_argument("--backend", action="append", help="repeatable; default: fast and torch")
+    parser.add_argument("--backend", action="append", help="repeatable; default: fast and torch (add torchao)")
     parser.add_argument("--spec", default="*")
     parser.add_argument("--profile", default="default", choices=["smoke", "default", "thorough"])
     parser.add_argument("--seed", default="0")
@@ -62,6 +62,8 @@ def _conformance_args(session: nox.Session) -> argparse.Namespace:
 
 
 def _run_conformance(session: nox.Session, args: argparse.Namespace) -> None:
+    """One report per backend, then ``reports/matrix``: all of them merged into one conformance matrix."""
+    reports = []
     for backend in args.backend or ["fast", "torch"]:
         report = f"{REPORTS}/{backend.replace(':', '_')}"
         # qconform exits 1 when a backend is non-conformant: that is a finding, recorded in the
@@ -69,14 +71,18 @@ def _run_conformance(session: nox.Session, args: argparse.Namespace) -> None:
         codes = [0] if backend.startswith("fast") else [0, 1]
         session.run("qconform", "run", "--backend", backend, "--spec", args.spec, "--profile", args.profile,
                     "--seed", args.seed, "--report", report, success_codes=codes)  # fmt: skip
-        session.log(f"reports in {report}/: report.json, report.md, junit.xml")
+        session.log(f"reports in {report}/: report.json, report.md, report.html, junit.xml")
+        reports.append(f"{report}/report.json")
+    session.run("qconform", "report", "merge", *reports, "--report", f"{REPORTS}/matrix", success_codes=[0, 1])
+    session.log(f"the conformance matrix of every backend: {REPORTS}/matrix/report.html")
 
 
 @nox.session
 def conformance(session: nox.Session) -> None:
-    """The main job: every spec against the default backends (fast, torch), writing reports.
+    """The main job: every spec against the default backends (fast, torch), writing reports and their matrix.
 
-    Pass options after ``--``: ``--backend NAME`` (repeatable), ``--spec GLOB``, ``--profile P``, ``--seed S``.
+    Pass options after ``--``: ``--backend NAME`` (repeatable: ``--backend fast --backend torch --backend
+    torchao``), ``--spec GLOB``, ``--profile P``, ``--seed S``.
     """
     args = _conformance_args(session)
     _install(session, "cuda")

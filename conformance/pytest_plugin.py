@@ -11,10 +11,20 @@ fails the test with the counterexample and its replay command::
 
 Rows a backend does not implement are skipped with the backend's reason.  This module
 imports neither torch nor the backends at load time.
+
+Many processes and GPUs of one host: run through pytest-xdist, one worker per GPU, each worker's
+backend process pinned to its own GPU with ``CUDA_VISIBLE_DEVICES`` (``--qconform-gpus``, the GPU
+of worker ``gwN`` being the ``N % len``-th of the list)::
+
+    pytest tests/test_contracts.py -n 2 --qconform-gpus 0,1 --qconform-backend fast --qconform-profile default
+
+xdist spreads the rows over the workers; each row runs the same cases wherever it lands (its
+seed is ``--qconform-seed`` and the row id).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,6 +43,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--qconform-profile", default="smoke", choices=["smoke", "default", "thorough"])
     group.addoption("--qconform-seed", type=int, default=0)
     group.addoption("--qconform-spec", default="*", help="glob over contract ids")
+    group.addoption(
+        "--qconform-gpus",
+        default=None,
+        metavar="LIST",
+        help="comma-separated GPU ids: pytest-xdist worker gwN gets CUDA_VISIBLE_DEVICES=LIST[N %% len(LIST)]",
+    )
+
+
+def worker_gpu(gpus: str, worker: str) -> str:
+    """The GPU of xdist worker ``worker`` (``gw3``) among ``gpus`` (``"0,1"``): round robin."""
+    ids = [g.strip() for g in gpus.split(",") if g.strip()]
+    if not ids:
+        raise pytest.UsageError(f"--qconform-gpus {gpus!r}: expected comma-separated GPU ids, e.g. 0,1")
+    return ids[int(worker.removeprefix("gw")) % len(ids)]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Pin this xdist worker (and the backend process it starts) to its GPU, before anything uses CUDA."""
+    gpus, worker = config.getoption("qconform_gpus"), os.environ.get("PYTEST_XDIST_WORKER")
+    if gpus is not None and worker is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = worker_gpu(gpus, worker)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -65,7 +96,7 @@ def qconform_check(qconform_runner: Runner, pytestconfig: pytest.Config) -> Call
         result = qconform_runner.run_invalid(spec) if combo is None else qconform_runner.run_combo(spec, combo)
         if result.status == "not-implemented":
             pytest.skip(result.message)
-        if result.status in ("fail", "error"):
+        if result.status in ("fail", "error", "crashed"):
             detail = [f"{result.id}: {result.status}: {result.message}"]
             if result.case is not None:
                 backend = pytestconfig.getoption("qconform_backend")
