@@ -9,7 +9,7 @@ import pytest
 
 from conformance.pytest_plugin import worker_gpu
 
-ROWS_TEST = '''
+ROWS_TEST = """
 import os
 from pathlib import Path
 
@@ -19,7 +19,7 @@ def test_contract(qconform_row, qconform_check):
     worker = os.environ["PYTEST_XDIST_WORKER"]
     with (Path(os.environ["QCONFORM_XDIST_LOG"]) / worker).open("a") as log:
         log.write(f"{os.environ['CUDA_VISIBLE_DEVICES']} {qconform_row[0].contract}\\n")
-'''
+"""
 
 
 def test_workers_take_the_gpus_round_robin():
