@@ -7,6 +7,11 @@ Kinds (a spec's ``outputs.<name>.compare.kind``):
   don't-care); NaN-ness comes from the output dtype, or from ``format`` for code outputs;
 - ``ulp``: floats within ``max_ulp`` units in the last place (NaN equals NaN, Inf exact);
 - ``close``: ``|got - ref| <= atol + rtol * |ref|`` in float64 (NaN equals NaN).
+- ``bound``: ``|got - ref| <= atol + rtol * |ref| + mtol * magnitude`` in float64, where
+  ``magnitude`` names a float64 output of the reference computed from the inputs (a matmul's
+  ``sum_k |a_k| |b_k|`` per element: the scale of any summation order's rounding error), so the
+  tolerance follows each element's own conditioning instead of one global ``rtol``.  NaN equals
+  NaN, an infinity only itself.
 - ``stochastic``: the output holds R independent draws along its first axis; the reference
   names the two admissible results per element (``lower``, ``upper``) and the probability of
   ``upper`` (``p_upper``).  Every draw must be one of the two, and the number of ``upper``
@@ -14,6 +19,8 @@ Kinds (a spec's ``outputs.<name>.compare.kind``):
   rounding is unbiased within that bound.  The reference's own draws are not compared.
 
 ``dont_care`` names a boolean output of the reference that masks elements out (padding).
+The tolerances of ``close`` and ``bound`` (``atol``, ``rtol``, ``mtol``) are numbers or expressions
+over the params (``"2**-7 if out_dtype == 'bfloat16' else 2**-22"``).
 Equality is checked vectorised first; the per-element report is built only on failure.
 """
 
@@ -26,9 +33,10 @@ from typing import Any
 import numpy as np
 
 from conformance.carriers import bits_to_carrier, carrier_to_bits, get_dtype
+from conformance.expr import evaluate
 from reference.formats import FORMATS
 
-__all__ = ["Mismatch", "compare_outputs", "format_bits"]
+__all__ = ["TOLERANCE_KINDS", "Mismatch", "compare_outputs", "format_bits", "tolerance_usage"]
 
 MAX_REPORTED = 8
 
@@ -109,7 +117,10 @@ def compare_outputs(
         if rule["kind"] == "stochastic":
             problems += _stochastic(name, rule, reference, got_bits, dtype, fmt)
             continue
-        equal = _equal(rule, ref_bits, got_bits, dtype, fmt)
+        if rule["kind"] == "bound":
+            problems += _bound(name, rule, params, reference, got_bits, dtype, fmt)
+            continue
+        equal = _equal(rule, params, ref_bits, got_bits, dtype, fmt)
         if "dont_care" in rule:
             equal |= np.asarray(reference[rule["dont_care"]], dtype=bool)
         if equal.all():
@@ -118,7 +129,24 @@ def compare_outputs(
     return problems
 
 
-def _equal(rule: Mapping[str, Any], ref: np.ndarray, got: np.ndarray, dtype: str, fmt: str | None) -> np.ndarray:
+def _tolerance(rule: Mapping[str, Any], key: str, params: Mapping[str, Any]) -> float:
+    """A tolerance of ``rule``: a number, or an expression over the params."""
+    return float(evaluate(rule[key], params))
+
+
+def _allowed(
+    rule: Mapping[str, Any], params: Mapping[str, Any], ref: np.ndarray, reference: Mapping[str, np.ndarray]
+) -> np.ndarray:
+    """The largest ``|got - ref|`` per element: ``atol + rtol |ref|``, plus ``mtol * magnitude`` (``bound``)."""
+    allowed = _tolerance(rule, "atol", params) + _tolerance(rule, "rtol", params) * np.abs(ref)
+    if rule["kind"] == "bound":
+        allowed = allowed + _tolerance(rule, "mtol", params) * np.asarray(reference[rule["magnitude"]], np.float64)
+    return allowed
+
+
+def _equal(
+    rule: Mapping[str, Any], params: Mapping[str, Any], ref: np.ndarray, got: np.ndarray, dtype: str, fmt: str | None
+) -> np.ndarray:
     kind = rule["kind"]
     same = ref == got
     if kind == "bitwise":
@@ -131,9 +159,34 @@ def _equal(rule: Mapping[str, Any], ref: np.ndarray, got: np.ndarray, dtype: str
     if kind == "close":
         r, g = _decoded(ref, dtype, fmt), _decoded(got, dtype, fmt)
         with np.errstate(invalid="ignore", over="ignore"):
-            close = np.abs(g - r) <= float(rule["atol"]) + float(rule["rtol"]) * np.abs(r)
+            close = np.abs(g - r) <= _allowed(rule, params, r, {})
         return same | both_nan | close
     raise ValueError(f"unknown compare kind {kind!r}")
+
+
+def _bound(
+    name: str,
+    rule: Mapping[str, Any],
+    params: Mapping[str, Any],
+    reference: Mapping[str, np.ndarray],
+    got: np.ndarray,
+    dtype: str,
+    fmt: str | None,
+) -> list[Mismatch]:
+    ref = reference[name]
+    r, g = _decoded(ref, dtype, fmt), _decoded(got, dtype, fmt)
+    with np.errstate(invalid="ignore", over="ignore"):
+        allowed = _allowed(rule, params, r, reference)
+        within = np.abs(g - r) <= allowed
+    ok = (ref == got) | (_is_nan(ref, dtype, fmt) & _is_nan(got, dtype, fmt)) | within
+    if ok.all():
+        return []
+    bad = _describe(name, dtype, fmt, ref, got, ok)
+    for element in bad.elements:
+        i = tuple(element["index"])
+        element["allowed"] = repr(float(allowed[i]))
+    bad.message += f" (allowed |difference| <= {bad.elements[0]['allowed']} there)"
+    return [bad]
 
 
 def _stochastic(
@@ -204,3 +257,54 @@ def _describe(name: str, dtype: str, fmt: str | None, ref: np.ndarray, got: np.n
         f"{first['reference']} ({first['reference_value']}); {len(bad)} of {ref.size} elements differ"
     )
     return Mismatch(name, message, len(bad), int(ref.size), elements)
+
+
+TOLERANCE_KINDS = ("ulp", "close", "bound")
+
+
+def tolerance_usage(
+    outputs: Mapping[str, Mapping[str, Any]],
+    dtypes: Mapping[str, str],
+    params: Mapping[str, Any],
+    reference: Mapping[str, np.ndarray],
+    got: Mapping[str, Any],
+) -> dict[str, np.ndarray]:
+    """For each output with a tolerance (``ulp``, ``close``, ``bound``), the share of it each element uses.
+
+    ``|got - ref| / allowed`` (``ulp``: the ulp distance over ``max_ulp``), flattened, over the elements
+    that count (``dont_care`` masked out): 0 where the values are equal (or both NaN), at most 1 where the
+    element is within the tolerance, above 1 (``inf`` where nothing was allowed) where it is not.  Outputs
+    that are missing or of the wrong dtype or shape are left out: ``compare_outputs`` reports those.
+    The report plots these shares (the error distribution of a contract with a tolerance).
+    """
+    usage: dict[str, np.ndarray] = {}
+    for name, decl in outputs.items():
+        rule = decl["compare"]
+        if rule["kind"] not in TOLERANCE_KINDS or name not in got:
+            continue
+        dtype = dtypes[name]
+        fmt = decl.get("format")
+        fmt = params.get(fmt[1:]) if isinstance(fmt, str) and fmt.startswith("$") else fmt
+        ref = reference[name]
+        try:
+            got_bits = carrier_to_bits(np.asarray(got[name]), dtype)
+        except TypeError:
+            continue
+        if got_bits.shape != ref.shape:
+            continue
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            if rule["kind"] == "ulp":
+                diff = _ulp_distance(ref, got_bits, dtype).astype(np.float64)
+                allowed: Any = float(rule["max_ulp"])
+            else:
+                r, g = _decoded(ref, dtype, fmt), _decoded(got_bits, dtype, fmt)
+                diff = np.abs(g - r)
+                allowed = _allowed(rule, params, r, reference)
+            share = np.where(diff == 0, 0.0, diff / allowed)
+            share = np.where(np.isnan(share), np.where(diff <= allowed, 1.0, np.inf), share)
+        exact = (ref == got_bits) | (_is_nan(ref, dtype, fmt) & _is_nan(got_bits, dtype, fmt))
+        share = np.where(exact, 0.0, share)
+        if "dont_care" in rule:
+            share = share[~np.asarray(reference[rule["dont_care"]], dtype=bool)]
+        usage[name] = share.reshape(-1)
+    return usage

@@ -31,6 +31,8 @@ def to_tensor(carrier: np.ndarray, dtype: str, device: str) -> torch.Tensor:
     bfloat16 is built from its bits, not with ``.to(torch.bfloat16)``: on CPU that
     conversion turns every NaN into 0xFFFF (a negative NaN), which would hide the sign.
     """
+    if carrier.size == 0:  # NumPy gives empty arrays zero strides, which torch's stride checks reject
+        return torch.empty(carrier.shape, dtype=_TORCH_DTYPES[dtype], device=device)
     array = np.array(carrier, copy=True, order="C")
     if dtype in ("uint16", "uint32"):  # build from the signed view: from_numpy lacks some unsigned dtypes
         signed = torch.from_numpy(array.view(f"int{array.dtype.itemsize * 8}"))

@@ -19,6 +19,14 @@ This certifies what the installed torch actually does.  Variants differ by versi
   not implemented.
 - ``int4.tinygemm_mm``: ``aten._weight_int4pack_mm(a, packed, group_size, scales_and_zeros)`` on
   CUDA.  torch has no dequant or unpack op for the layout (torchao's were removed in 0.16).
+- ``group.gemm``: ``torch._grouped_mm(a, b, offs=cumsum(group_sizes))`` (torch >= 2.8 on sm90; the
+  loop fallback on sm80+ and the CPU from 2.9, pytorch#161407, #161717).
+- ``gemm.scaled``: ``torch._scaled_mm(a, b.t(), scale_a, scale_b, out_dtype=...)`` of the operands cast
+  to FP8 (the spec's float32 carriers hold FP8 values, so the cast is exact) with each scale in
+  the layout it wants (1x128: outer-dim-major; 128x128 of ``b``: transposed).  On CUDA (sm89+,
+  not ROCm): tensorwise for every format pair; rowwise and the blockwise pairs for E4M3 operands
+  only (what torch's tests run), rowwise float32 output on sm90 only (cuBLAS), blockwise on sm90
+  with CUDA >= 12.9.  On the CPU (seen on 2.13): tensorwise and rowwise only.
 
 Only those variants are claimed; the others are reported not-implemented.  GLU interleave,
 nibble packing, the MX element formats and torchao's affine quantization have no native op.  Native ops do not promise
@@ -86,6 +94,94 @@ def _tinygemm_contracts(torch: Any, device: str) -> dict[str, Implementation]:
     }
 
 
+def _grouped_mm_reason(torch: Any, device: str) -> str | None:
+    """Why ``torch._grouped_mm`` cannot run ``group.gemm`` here, or None."""
+    version = _version(torch.__version__)
+    if not hasattr(torch, "_grouped_mm"):
+        return f"torch {torch.__version__} has no _grouped_mm (added in 2.8)"
+    if device == "cpu":
+        return None if version >= (2, 9) else "torch._grouped_mm runs on the CPU from torch 2.9 (pytorch#161717)"
+    if getattr(torch.version, "hip", None):
+        return "torch._grouped_mm on ROCm is not claimed (not verified)"
+    capability = torch.cuda.get_device_capability()
+    if capability == (9, 0) or (capability >= (8, 0) and version >= (2, 9)):
+        return None
+    arch = f"sm{capability[0]}{capability[1]}"
+    return f"torch {torch.__version__} runs _grouped_mm on sm90 (and on sm80+ from 2.9), not {arch}"
+
+
+def _scaled_mm_reason(torch: Any, device: str, params: Mapping[str, Any]) -> str | None:
+    """Why ``torch._scaled_mm`` does not run this ``gemm.scaled`` row here, or None (module docstring)."""
+    pair = (params["scaling_a"], params["scaling_b"])
+    e4m3 = params["format_a"] == params["format_b"] == "float8_e4m3fn"
+    if device == "cpu":
+        if pair not in (("tensorwise", "tensorwise"), ("rowwise", "rowwise")):
+            return "torch's CPU _scaled_mm has tensorwise and rowwise scaling only"
+        return None if _version(torch.__version__) >= (2, 13) else "torch's CPU _scaled_mm is claimed from 2.13 (seen)"
+    if getattr(torch.version, "hip", None):
+        return "torch._scaled_mm on ROCm takes the FNUZ formats; not claimed"
+    capability = torch.cuda.get_device_capability()
+    if capability < (8, 9):
+        return "torch._scaled_mm needs sm89 or newer"
+    if pair == ("tensorwise", "tensorwise"):
+        return None
+    if not e4m3:
+        return "rowwise and blockwise _scaled_mm are claimed for E4M3 operands only"
+    if pair == ("rowwise", "rowwise"):
+        if params["out_dtype"] == "float32" and capability != (9, 0):
+            return "rowwise _scaled_mm gives float32 output on sm90 only (cuBLAS)"
+        return None
+    cuda = tuple(int(part) for part in str(torch.version.cuda).split(".")[:2])
+    if capability != (9, 0) or cuda < (12, 9):
+        return "blockwise _scaled_mm needs sm90 and CUDA >= 12.9"
+    return None
+
+
+def _gemm_contracts(torch: Any, device: str) -> dict[str, Implementation]:
+    """``group.gemm`` through ``torch._grouped_mm`` and ``gemm.scaled`` through ``torch._scaled_mm``."""
+    grouped_reason = _grouped_mm_reason(torch, device)
+    fp8 = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
+
+    def grouped(a: Any, b: Any, *, form: str, groups: int, group_sizes: Any) -> dict[str, Any]:
+        ends, total = [], 0
+        for size in group_sizes:
+            total += int(size)
+            ends.append(total)
+        offs = torch.tensor(ends, dtype=torch.int32, device=a.device)
+        return {"out": torch._grouped_mm(a, b, offs=offs)}
+
+    def scales(scale: Any, scaling: str, operand: str) -> Any:
+        """``scale`` ([blocks of rows, blocks of K], row-major) in the layout ``_scaled_mm`` checks."""
+        if scaling == "tensorwise":
+            return scale.reshape(())
+        if operand == "a":
+            return scale.t().contiguous().t() if scaling == "1x128" else scale.contiguous()
+        if scaling == "rowwise":
+            return scale.reshape(1, -1).contiguous()
+        return scale.t().contiguous() if scaling == "1x128" else scale.contiguous().t()
+
+    def scaled(
+        a: Any, b: Any, scale_a: Any, scale_b: Any, *, scaling_a: str, scaling_b: str, format_a: str,
+        format_b: str, out_dtype: str,
+    ) -> dict[str, Any]:  # fmt: skip
+        out = torch._scaled_mm(
+            a.to(fp8[format_a]),
+            b.to(fp8[format_b]).t(),
+            scales(scale_a, scaling_a, "a"),
+            scales(scale_b, scaling_b, "b"),
+            out_dtype=torch.bfloat16 if out_dtype == "bfloat16" else torch.float32,
+            use_fast_accum=False,
+        )
+        return {"out": out.float()}
+
+    return {
+        "group.gemm": Implementation(grouped, lambda params: grouped_reason, validates_inputs=False),
+        "gemm.scaled": Implementation(
+            scaled, lambda params: _scaled_mm_reason(torch, device, params), validates_inputs=False
+        ),
+    }
+
+
 def backend() -> Backend:
     import torch
 
@@ -136,6 +232,7 @@ def backend() -> Backend:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     contracts.update(_tinygemm_contracts(torch, device))
+    contracts.update(_gemm_contracts(torch, device))
     return Backend(
         name="torch", device=device, array_kind="torch", contracts=contracts,
         info={"torch": torch.__version__, "cuda": str(torch.version.cuda)},
