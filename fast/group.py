@@ -23,11 +23,11 @@ Source: NVIDIA/TransformerEngine ``pytorch/tensor/storage/grouped_tensor_storage
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
-from fast.quant import fp8_block, fp8_tensor, mx, nvfp4
+from fast.buffers import quantizer
 
 __all__ = ["layout", "quantize", "split", "stack", "tp_partition"]
 
@@ -38,9 +38,7 @@ USAGES: tuple[str, ...] = ("both", "rowwise", "columnwise")
 X_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 PARALLEL_MODES: tuple[str, ...] = ("column", "row")
 
-_E4M3 = "float8_e4m3fn"
 _DIVISOR = {"mxfp8": 32, "nvfp4": 16}
-_RECIPE_BLOCK = {"fp8_block": {"1d": "1x128", "2d": "128x128"}, "nvfp4": {"1d": "1x16", "2d": "16x16"}}
 _Outputs = dict[str, tuple[str, str, str]]
 _GROUPED: dict[str, _Outputs] = {
     # grouped output: (member output, placement, which usage has it)
@@ -246,7 +244,7 @@ def quantize(
     slots = {"rowwise": [s[0] for s in scale_shapes], "columnwise": [s[1] for s in scale_shapes]}
     produced = {n: entry for n, entry in _GROUPED[recipe].items() if entry[2] in ("always", usage) or usage == "both"}
     out, scale_offsets = _allocate(produced, offsets, slots, num_members, data.device)
-    quantize_member = _member_quantizer(recipe, block, scale_layout, usage, x_dtype)
+    quantize_member = quantizer(recipe, block, usage, scale_layout)
     for i, member in enumerate(split(data, offsets, shapes)):
         if member.numel() == 0:
             continue  # nothing to write: its per-member values are allocated as an empty member's
@@ -410,21 +408,6 @@ def _scale_shapes(recipe: str, block: str, m: int, k: int) -> tuple[tuple[int, .
     if block == "1d":
         return (kb, _round_up(m, 4)), (mb, _round_up(k, 4))
     return (mb, _round_up(kb, 4)), (kb, _round_up(mb, 4))
-
-
-def _member_quantizer(
-    recipe: str, block: str, scale_layout: str, usage: str, x_dtype: str | None
-) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
-    """The recipe's public ``fast.quant`` quantizer, with TE's defaults, as a function of one member."""
-    if recipe == "fp8_tensor":
-        return lambda x: fp8_tensor(x, format=_E4M3, usage=usage, x_dtype=x_dtype)
-    if recipe == "mxfp8":
-        return lambda x: mx(
-            x, format=_E4M3, scale_rule="rceil", usage=usage, blocks=block, scale_layout=scale_layout, edges="te"
-        )
-    if recipe == "fp8_block":
-        return lambda x: fp8_block(x, format=_E4M3, block=_RECIPE_BLOCK[recipe][block], usage=usage, x_dtype=x_dtype)
-    return lambda x: nvfp4(x, usage=usage, block=_RECIPE_BLOCK[recipe][block])
 
 
 def _allocate(
