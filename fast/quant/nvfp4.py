@@ -246,8 +246,10 @@ def _random_halves(words, RANDOM_BITS: tl.constexpr):
     """The random bits of the two elements of each word: uint8 pairs in an int16, uint32 pairs in an int64."""
     if RANDOM_BITS == 8:
         both = words.to(tl.int32)
-        return both & 255, (both >> 8) & 255
-    return words.to(tl.int32), (words >> 32).to(tl.int32)
+        lo, hi = both & 255, (both >> 8) & 255
+    else:  # an explicit branch: the constexpr `if` prunes it, so int16 words never meet a 32-bit shift
+        lo, hi = words.to(tl.int32), (words >> 32).to(tl.int32)
+    return lo, hi
 
 
 @device
