@@ -72,7 +72,7 @@ import torch
 from fast._triton import jit, selected_path, tl, triton
 from fast.quant.fp8 import check_choice
 
-__all__ = ["FORMS", "OUT_DTYPES", "SCALED_FORMATS", "SCALINGS", "bench", "grouped", "grouped_mm", "scaled"]
+__all__ = ["FORMS", "OUT_DTYPES", "SCALED_FORMATS", "SCALINGS", "bench", "grouped", "grouped_mm", "scaled", "scaled_mm"]
 
 FORMS: tuple[str, ...] = ("2d_3d", "2d_2d", "3d_2d")
 """Which operand is split into groups (module docstring)."""
@@ -473,6 +473,7 @@ def grouped(
 
 
 _FP8 = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
+_FP8_NAMES = {dtype: name for name, dtype in _FP8.items()}
 _BLOCK = 128
 _TORCH_PAIRS = {("tensorwise", "tensorwise"), ("rowwise", "rowwise"), ("1x128", "128x128"), ("1x128", "1x128"),
                 ("128x128", "1x128")}  # fmt: skip
@@ -525,7 +526,7 @@ def _scaled_mm_runs(
     if scalings == ("rowwise", "rowwise"):
         return out_dtype == "bfloat16" or capability == (9, 0)
     cuda = tuple(int(part) for part in str(torch.version.cuda or "0.0").split(".")[:2])
-    return capability == (9, 0) and cuda >= (12, 9)
+    return capability == (9, 0) and cuda >= (12, 9) and a.shape[1] % _BLOCK == 0
 
 
 def _torch_scales(scale: torch.Tensor, scaling: str, operand: str) -> torch.Tensor:
@@ -537,6 +538,37 @@ def _torch_scales(scale: torch.Tensor, scaling: str, operand: str) -> torch.Tens
     if scaling == "rowwise":
         return scale.reshape(1, -1).contiguous()
     return scale.t().contiguous() if scaling == "1x128" else scale.contiguous().t()
+
+
+def scaled_mm(
+    a8: torch.Tensor,
+    b8: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    *,
+    scaling_a: str,
+    scaling_b: str,
+    out_dtype: torch.dtype,
+) -> torch.Tensor | None:
+    """``torch._scaled_mm`` of FP8 tensors ``a8`` ``[M, K]`` and ``b8`` ``[N, K]``, or None where it has no kernel.
+
+    The scales are float32 in :func:`scaled`'s layout (``[ceil(rows/R), ceil(K/C)]`` of each operand's blocks);
+    returns ``out_dtype`` ``[M, N]``, or None on the torch path and wherever torch has no kernel for the
+    scalings, formats, output dtype and shapes on this device (module docstring), for the caller to
+    dequantize and multiply instead.  Shapes and scales are the caller's to check.
+    """
+    formats = (_FP8_NAMES[a8.dtype], _FP8_NAMES[b8.dtype])
+    out_name = "bfloat16" if out_dtype == torch.bfloat16 else "float32"
+    if selected_path(a8.device) == "torch" or not _scaled_mm_runs(a8, b8, (scaling_a, scaling_b), formats, out_name):
+        return None
+    return torch._scaled_mm(
+        a8,
+        b8.t(),
+        _torch_scales(scale_a, scaling_a, "a"),
+        _torch_scales(scale_b, scaling_b, "b"),
+        out_dtype=out_dtype,
+        use_fast_accum=False,
+    )
 
 
 def scaled(
@@ -584,17 +616,8 @@ def scaled(
                 f"{list(expected)} for {name}.shape={tuple(values.shape)}"
             )
     dtype = torch.bfloat16 if out_dtype == "bfloat16" else torch.float32
-    if selected_path(a.device) != "torch" and _scaled_mm_runs(
-        a, b, (scaling_a, scaling_b), (format_a, format_b), out_dtype
-    ):
-        out = torch._scaled_mm(
-            a8,
-            b8.t(),
-            _torch_scales(scale_a, scaling_a, "a"),
-            _torch_scales(scale_b, scaling_b, "b"),
-            out_dtype=dtype,
-            use_fast_accum=False,
-        )
+    out = scaled_mm(a8, b8, scale_a, scale_b, scaling_a=scaling_a, scaling_b=scaling_b, out_dtype=dtype)
+    if out is not None:
         return {"out": out.float()}
     product = _dequantize(a, scale_a, scaling_a) @ _dequantize(b, scale_b, scaling_b).t()
     return {"out": product.to(dtype).float()}

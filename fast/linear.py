@@ -10,14 +10,14 @@ three GEMMs on the operands TransformerEngine's ``Linear`` gives them:
 
 Recipes: ``fp8_tensor`` (E4M3 ``x``, ``w``; E5M2 ``dy``), ``fp8_block`` (E4M3; 1x128 ``x``, ``dy``; 128x128
 ``w``), ``mxfp8`` (E4M3, RCEIL, 1x32 / 32x1), ``nvfp4`` (tensor amax; 1x16 ``x``, ``dy``; 16x16 ``w``; no
-Hadamard transform) and ``none`` (:func:`torch.nn.functional.linear`, nothing quantized: bit for bit
-``torch.nn.Linear``).  Each GEMM dequantizes its operands (``fast.dequant``: float32 values) and multiplies
-them in float32 (exact products of FP8 and FP4 values and their scales, float32 accumulation), rounding
-once to bfloat16: the emulation of a low-precision GEMM where the GPU has none (MXFP8 and NVFP4 before
-sm100), run for every recipe so that one path serves CPU and CUDA; ``gemm.scaled`` certifies
-``torch._scaled_mm`` itself.  The forward saves the dequantized columnwise ``x`` and ``w`` for the
-backward (TE saves the quantized tensors), so a second backward (``retain_graph=True``) gives the same
-gradients.
+Hadamard transform) and, in :func:`quantized` only, ``none`` (:func:`torch.nn.functional.linear`, nothing
+quantized: bit for bit ``torch.nn.Linear``).  The FP8 recipes run ``torch._scaled_mm`` on the codes where it
+has a kernel (``fast.gemm.scaled_mm``: CUDA sm89+, tensorwise; blockwise on sm90 with CUDA >= 12.9 and
+dims that are multiples of 128), with float32 output.  Elsewhere, and for MXFP8 and NVFP4 (no GEMM before
+sm100), a GEMM dequantizes its operands (``fast.dequant``: float32 values) and multiplies them in float32
+(dequantize-then-matmul emulation).  Either way the bias is added in float32 and each output rounded
+once to bfloat16.  The forward keeps the columnwise copies of ``x`` and ``w`` for the backward (as TE
+does), so a second backward (``retain_graph=True``) gives the same gradients.
 
 Spec: ``specs/linear/quantized.yaml``; TE ``transformer_engine/pytorch/module/linear.py``.
 """
@@ -25,70 +25,109 @@ Spec: ``specs/linear/quantized.yaml``; TE ``transformer_engine/pytorch/module/li
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from fast import dequant, quant
+from fast.gemm import scaled_mm
 
 __all__ = ["RECIPES", "QuantizedLinear", "quantized"]
 
 RECIPES: tuple[str, ...] = ("none", "fp8_tensor", "fp8_block", "mxfp8", "nvfp4")
 
-_Dequantized = tuple[torch.Tensor, torch.Tensor]
-"""An operand's rowwise and columnwise dequantized values, both float32 of the operand's own shape."""
+
+class _Codes(NamedTuple):
+    """FP8 codes ``[rows, K]`` with float32 scales in ``fast.gemm.scaled``'s layout, for ``torch._scaled_mm``."""
+
+    codes: torch.Tensor
+    scale: torch.Tensor
+    scaling: str
 
 
-def _fp8_tensor(values: torch.Tensor, role: str) -> _Dequantized:
+class _Operand(NamedTuple):
+    """One quantized copy of an operand as a GEMM ``out = A B^T`` takes it: ``[rows, K]``, K the reduction axis.
+
+    ``values``: the dequantized float32 values; ``fp8``: the codes and scales (None where the recipe has no
+    ``torch._scaled_mm`` kernel).
+    """
+
+    values: torch.Tensor
+    fp8: _Codes | None = None
+
+
+_Copies = tuple[_Operand, _Operand]
+"""An operand's rowwise copy (its own orientation) and columnwise copy (transposed), GEMM-ready."""
+
+
+def _fp8_tensor(values: torch.Tensor, role: str) -> _Copies:
     fmt = "float8_e5m2" if role == "dy" else "float8_e4m3fn"
-    q = quant.fp8_tensor(values, format=fmt, usage="rowwise")
+    q = quant.fp8_tensor(values, format=fmt, usage="both")
     rowwise = dequant.fp8_tensor(q["data"], q["scale_inv"], format=fmt)["x"]
-    return rowwise, rowwise  # one scale: the columnwise copy holds the same codes, transposed
+    fp8, scale = _FP8[fmt], q["scale_inv"].reshape(1, 1)
+    return (
+        _Operand(rowwise, _Codes(q["data"].view(fp8), scale, "tensorwise")),
+        _Operand(rowwise.t(), _Codes(q["columnwise_data"].view(fp8), scale, "tensorwise")),  # the codes, transposed
+    )
 
 
-def _fp8_block(values: torch.Tensor, role: str) -> _Dequantized:
+def _fp8_block(values: torch.Tensor, role: str) -> _Copies:
     block = "128x128" if role == "w" else "1x128"
     q = quant.fp8_block(values, format="float8_e4m3fn", block=block)
     rowwise = dequant.fp8_block(q["data"], q["scale_inv"], format="float8_e4m3fn", block=block)["x"]
     columnwise = dequant.fp8_block(
         q["columnwise_data"], q["columnwise_scale_inv"], format="float8_e4m3fn", block=block, operand="columnwise"
     )["x"]
-    return rowwise, columnwise
+    rows, cols = values.shape
+    # TE's GEMM-ready scales (transposed and padded to 4; fast.quant.fp8_blockwise) to one scale per block
+    if block == "1x128":
+        row_scale, col_scale = q["scale_inv"][:, :rows].t(), q["columnwise_scale_inv"][:, :cols].t()
+    else:
+        row_scale = q["scale_inv"][:, : -(-cols // 128)]
+        col_scale = q["columnwise_scale_inv"][:, : -(-rows // 128)]
+    fp8 = torch.float8_e4m3fn
+    return (
+        _Operand(rowwise, _Codes(q["data"].view(fp8), row_scale, block)),
+        _Operand(columnwise.t(), _Codes(q["columnwise_data"].view(fp8), col_scale, block)),
+    )
 
 
-def _mxfp8(values: torch.Tensor, role: str) -> _Dequantized:
+def _mxfp8(values: torch.Tensor, role: str) -> _Copies:
     q = quant.mx(values, format="float8_e4m3fn", scale_rule="rceil", usage="both")
     rowwise = dequant.mx(q["data_rowwise"], q["scale_rowwise"], format="float8_e4m3fn")["x"]
     columnwise = dequant.mx(q["data_columnwise"], q["scale_columnwise"], format="float8_e4m3fn", usage="columnwise")[
         "x"
     ]
-    return rowwise, columnwise
+    return _Operand(rowwise), _Operand(columnwise.t())
 
 
-def _nvfp4(values: torch.Tensor, role: str) -> _Dequantized:
+def _nvfp4(values: torch.Tensor, role: str) -> _Copies:
     q = quant.nvfp4(values, block="16x16" if role == "w" else "1x16")
     rowwise = dequant.nvfp4(q["data"], q["scales"], q["amax"])["x"]
     columnwise = dequant.nvfp4(q["columnwise_data"], q["columnwise_scales"], q["columnwise_amax"])["x"]
-    return rowwise, columnwise.t()  # the columnwise operand is x.T, quantized rowwise
+    return _Operand(rowwise), _Operand(columnwise)  # the columnwise operand is x.T, quantized rowwise
 
 
-_RECIPE_OPERANDS: dict[str, Callable[[torch.Tensor, str], _Dequantized]] = {
+_RECIPE_OPERANDS: dict[str, Callable[[torch.Tensor, str], _Copies]] = {
     "fp8_tensor": _fp8_tensor,
     "fp8_block": _fp8_block,
     "mxfp8": _mxfp8,
     "nvfp4": _nvfp4,
 }
+_FP8 = {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
 
 
-class _no_tf32:
-    """Full float32 matmuls on CUDA for the duration (TF32 would round the operands to 10 bits)."""
-
-    def __enter__(self) -> None:
-        self.previous = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = False
-
-    def __exit__(self, *exc: object) -> None:
-        torch.backends.cuda.matmul.allow_tf32 = self.previous
+def _gemm(a: _Operand, b: _Operand, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """bfloat16 ``a b^T (+ bias)``: ``torch._scaled_mm`` of the codes where it runs, else the dequantized values
+    multiplied in float32 (torch's default ``highest`` float32 matmul precision: TF32 would break the bound);
+    float32 out, the bias added in float32, one rounding."""
+    out = None
+    if a.fp8 is not None and b.fp8 is not None:
+        out = scaled_mm(a.fp8.codes, b.fp8.codes, a.fp8.scale, b.fp8.scale, scaling_a=a.fp8.scaling,
+                        scaling_b=b.fp8.scaling, out_dtype=torch.float32)  # fmt: skip
+    if out is None:
+        out = a.values @ b.values.t()
+    return (out if bias is None else out + bias.float()).to(torch.bfloat16)
 
 
 class QuantizedLinear(torch.autograd.Function):
@@ -96,24 +135,17 @@ class QuantizedLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, recipe: str) -> torch.Tensor:
-        quantize = _RECIPE_OPERANDS[recipe]
-        x_row, x_col = quantize(x, "x")
-        w_row, w_col = quantize(w, "w")
-        ctx.save_for_backward(x_col, w_col)
+        copies = _RECIPE_OPERANDS[recipe]
+        x_row, ctx.x_col = copies(x, "x")
+        w_row, ctx.w_col = copies(w, "w")
         ctx.recipe = recipe
-        with _no_tf32():
-            y = torch.addmm(b.float(), x_row, w_row.t())
-        return y.to(torch.bfloat16)
+        return _gemm(x_row, w_row, b)
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
-        x_col, w_col = ctx.saved_tensors
         dy_row, dy_col = _RECIPE_OPERANDS[ctx.recipe](dy.contiguous(), "dy")
-        with _no_tf32():
-            dx = dy_row @ w_col
-            dw = dy_col.t() @ x_col
-        db = dy.float().sum(0)
-        return dx.to(torch.bfloat16), dw.to(torch.bfloat16), db.to(torch.bfloat16), None
+        db = dy.float().sum(0).to(torch.bfloat16)
+        return _gemm(dy_row, ctx.w_col), _gemm(dy_col, ctx.x_col), db, None
 
 
 def quantized(

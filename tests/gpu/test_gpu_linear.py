@@ -1,6 +1,7 @@
 """``fast.linear`` on a CUDA device (run by ``nox -s gpu``): every recipe within the bound of the reference.
 
-The fast quantizers run their Triton kernels and the GEMMs cuBLAS float32 (no TF32); the outputs and all
+The fast quantizers run their Triton kernels and the GEMMs ``torch._scaled_mm`` (FP8 recipes, where it has a
+kernel) or cuBLAS float32 (dequantized operands); the outputs and all
 three gradients must stay within ``specs/linear/quantized.yaml``'s bound of the NumPy reference, a second
 backward with ``retain_graph=True`` must repeat the gradients bit for bit, and without quantization the
 layer must be ``torch.nn.Linear`` bit for bit on the GPU too.  One command:
@@ -35,10 +36,19 @@ def _bits(t: torch.Tensor) -> np.ndarray:
     return t.detach().contiguous().cpu().view(torch.int16).numpy().view(np.uint16)
 
 
+@pytest.mark.parametrize("shape", [(128, 96, 160), (128, 128, 256)])
 @pytest.mark.parametrize("recipe", fast.linear.RECIPES)
-def test_every_recipe_within_the_bound_and_backward_repeats(recipe: str) -> None:
-    x, w, b, dy = _inputs(128, 96, 160, seed=0)
+def test_every_recipe_within_the_bound_and_backward_repeats(
+    recipe: str, shape: tuple[int, int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dims that are multiples of 128 run the FP8 recipes' three GEMMs through ``torch._scaled_mm`` (sm90)."""
+    calls = []
+    scaled_mm = torch._scaled_mm
+    monkeypatch.setattr(torch, "_scaled_mm", lambda *a, **k: calls.append(1) or scaled_mm(*a, **k))
+    x, w, b, dy = _inputs(*shape, seed=0)
     got = fast.linear.quantized(x, w, b, dy, recipe=recipe)
+    fp8_gemms = recipe == "fp8_tensor" or (recipe == "fp8_block" and shape[1] % 128 == 0 and shape[2] % 128 == 0)
+    assert len(calls) == (3 if fp8_gemms and torch.cuda.get_device_capability() == (9, 0) else 0)
     ref = reference.linear.quantized(*(t.float().cpu().numpy() for t in (x, w, b, dy)), recipe=recipe)
     outputs = dict(SPEC.outputs)
     reference_bits = {name: (ref[name].view(np.uint32) >> 16).astype(np.uint16) for name in outputs}
