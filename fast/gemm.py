@@ -230,6 +230,10 @@ def _autotune_configs() -> list[_Tile]:
 
 _INTERPRETER_TILE = _Tile(16, 16, 16, 2, 1, 1)
 """The interpreter's tile: small, so that CI's shapes span several tiles and bands."""
+_SMALL_TILE = _autotune_configs()[4]
+"""The tile of compiled problems below ``_AUTOTUNE_MIN_FLOPS`` (one of the tuned configurations, 64x128x64)."""
+_AUTOTUNE_MIN_FLOPS = 2**30
+"""Smaller problems skip the autotuner: timing six tiles costs more than it saves, once per new shape."""
 
 
 @functools.cache
@@ -256,7 +260,8 @@ def _grouped_triton(
     """Fill ``out`` with the grouped product (shapes checked by the caller; ``offs`` on ``a``'s device).
 
     Compiled, the kernel is autotuned over :func:`_autotune_configs` unless ``tile`` fixes one (the GPU
-    tests run every configuration); interpreted, it runs ``_INTERPRETER_TILE``.
+    tests run every configuration) or the problem is below ``_AUTOTUNE_MIN_FLOPS`` (``_SMALL_TILE``);
+    interpreted, it runs ``_INTERPRETER_TILE``.
     """
     interpret = os.environ.get("TRITON_INTERPRET")
     if a.device.type != "cuda" and interpret != "1":
@@ -293,10 +298,11 @@ def _grouped_triton(
             return (groups * triton.cdiv(m, bm) * triton.cdiv(n, bn),)
         return (triton.cdiv(m, bm) * (triton.cdiv(total, bn) + groups),)
 
-    if interpret != "1" and tile is None:
+    flops = 2 * out.numel() * (k or total)  # an upper bound (2d_2d: each group sums its share of `total` only)
+    if interpret != "1" and tile is None and flops >= _AUTOTUNE_MIN_FLOPS:
         _tuned_kernel(interpret)[tiles](*args, SPLIT=split, AS_BITS=False, enable_fp_fusion=False)
         return
-    t = _INTERPRETER_TILE if tile is None else tile
+    t = tile if tile is not None else (_INTERPRETER_TILE if interpret == "1" else _SMALL_TILE)
     meta = {"BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "BLOCK_K": t.block_k, "GROUP_M": t.group_m}
     kernel = jit(_grouped_mm_kernel)[tiles(meta)]
     even = split != 1 and k % t.block_k == 0
@@ -626,7 +632,7 @@ def scaled(
 # %% Benchmark
 
 
-def bench(groups: int = 8, rows: int = 16384, n: int = 4096, k: int = 7168) -> dict[str, float]:
+def bench(groups: int = 8, rows: int = 16384, n: int = 4096, k: int = 4096) -> dict[str, float]:
     """Median CUDA times (ms) of the grouped GEMM ``2d_3d`` (equal groups) beside ``torch._grouped_mm``.
 
     Uses ``triton.testing.do_bench``; TFLOP/s = ``2 * rows * n * k / time``.
