@@ -8,12 +8,14 @@ is grouped the same way (NVFP4 data at byte offsets ``offsets / 2``; block scale
 values at index ``i``).  ``specs/group/*.yaml`` and ``reference/group.py`` state the layouts in full.
 
 The member dims are host lists (TE's ``tensor_shapes``), so nothing here waits on the device.
-``split`` returns views and ``stack`` one copy; ``tp_partition`` one strided copy.  ``quantize``
-allocates every grouped buffer once and runs the public ``fast.quant`` quantizer of the recipe on
-each member (its Triton kernels on CUDA, torch ops on CPU), copying each member's outputs into its
-slots of the grouped buffers: one launch sequence per member and an extra pass over the quantized
-bytes, never a concatenation.  A fused grouped kernel (one launch for all members, writing the
-grouped buffers directly) is the next step; the quantizers would need to accept output buffers.
+``split`` returns views and ``stack`` one copy; ``tp_partition`` one strided copy.  ``quantize`` runs
+the recipe's ``fast.quant`` quantizer (``fast.buffers.quantizer``: Triton kernels on CUDA, torch ops on
+CPU).  Where the members stacked as one ``[sum(M), K]`` tensor quantize to the grouped buffers as
+they are (MXFP8 members of one ``K`` whose scale matrices abut, :func:`_stackable`), that is one call
+and no copy.  Otherwise every grouped buffer is allocated once and each member is quantized alone,
+its outputs copied into its slots: one launch sequence per member and an extra pass over the
+quantized bytes.  Removing that pass needs the quantizers to write into given output buffers (or a
+fused grouped kernel); per-tensor scales (FP8 current scaling, NVFP4's global amax) rule out stacking.
 
 Source: NVIDIA/TransformerEngine ``pytorch/tensor/storage/grouped_tensor_storage.py``
 (``make_grouped_tensor``, ``split_into_quantized_tensors``, ``quantize``),
@@ -204,7 +206,8 @@ def quantize(
     ``group.quantize`` (``reference.group.quantize``): member by member, the grouped buffers hold the
     bytes of the recipe's quantizer run on that member alone with TransformerEngine's defaults (E4M3;
     ``fp8_tensor``; ``mxfp8`` rceil with TE edges, ``blocks=block``, ``scale_layout``; ``fp8_block``
-    1x128 / 128x128 power-of-two; ``nvfp4`` 1x16 / 16x16, TE rule), at the member's offsets.
+    1x128 / 128x128 power-of-two; ``nvfp4`` 1x16 / 16x16, TE rule), at the member's offsets.  Members
+    that stack (module docstring) are quantized in one call on the stacked view, which gives the same bytes.
 
     Source
     ------
@@ -214,7 +217,8 @@ def quantize(
     Encoding
     --------
     As ``reference.group.quantize``, without the ``_padding`` masks: block-scale padding is left as
-    allocated (``torch.empty``, don't-care), so are the bytes of every slot the member does not fill.
+    allocated (``torch.empty``, don't-care), so are the bytes of every slot the member does not fill
+    (a stacked call leaves the quantizer's own padding, zero).
 
     Edge cases
     ----------
@@ -240,11 +244,14 @@ def quantize(
         _check_choice("x_dtype", x_dtype, tuple(X_DTYPES))
         if X_DTYPES[x_dtype] != data.dtype:
             raise ValueError(f"Got data.dtype={data.dtype} and x_dtype={x_dtype!r}, but they must name the same dtype")
+    produced = {n: entry for n, entry in _GROUPED[recipe].items() if entry[2] in ("always", usage) or usage == "both"}
+    quantize_member = quantizer(recipe, block, usage, scale_layout)
+    if _stackable(recipe, scale_layout, usage, shapes):
+        results = quantize_member(data.view(-1, shapes[0][1]))
+        return {name: results[source].reshape(-1) for name, (source, _, _) in produced.items()}
     scale_shapes = [_scale_shapes(recipe, block, m, k) for m, k in shapes]
     slots = {"rowwise": [s[0] for s in scale_shapes], "columnwise": [s[1] for s in scale_shapes]}
-    produced = {n: entry for n, entry in _GROUPED[recipe].items() if entry[2] in ("always", usage) or usage == "both"}
     out, scale_offsets = _allocate(produced, offsets, slots, num_members, data.device)
-    quantize_member = quantizer(recipe, block, usage, scale_layout)
     for i, member in enumerate(split(data, offsets, shapes)):
         if member.numel() == 0:
             continue  # nothing to write: its per-member values are allocated as an empty member's
@@ -408,6 +415,27 @@ def _scale_shapes(recipe: str, block: str, m: int, k: int) -> tuple[tuple[int, .
     if block == "1d":
         return (kb, _round_up(m, 4)), (mb, _round_up(k, 4))
     return (mb, _round_up(kb, 4)), (kb, _round_up(mb, 4))
+
+
+def _stackable(recipe: str, scale_layout: str, usage: str, shapes: list[tuple[int, int]]) -> bool:
+    """Whether the members quantized as one stacked ``[sum(M), K]`` tensor give the grouped buffers as they are.
+
+    MXFP8 blocks never cross a member (their dims are multiples of 32) and nothing in it is per
+    tensor; its data keeps the layout of the input and its compact scale matrices ``[round_up(M, 128),
+    round_up(K / 32, 4)]`` and ``[round_up(M / 32, 4), round_up(K, 128)]`` stack member after member
+    when every member has the same ``K`` and every member but the last a multiple of 128 rows (no
+    padding rows between members).  Swizzled rowwise scales stack too (whole 128x4 tiles, row-tile
+    major); swizzled columnwise scales do not (they are tiled as the transpose ``[K, M / 32]``).
+    """
+    if recipe != "mxfp8" or (scale_layout == "swizzled" and usage != "rowwise"):
+        return False
+    k = shapes[0][1]
+    return (
+        k > 0
+        and sum(m for m, _ in shapes) > 0
+        and all(kk == k for _, kk in shapes)
+        and all(m % 128 == 0 for m, _ in shapes[:-1])
+    )
 
 
 def _allocate(

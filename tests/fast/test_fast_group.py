@@ -16,6 +16,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import fast.group
 import reference.glu
 import reference.group
 from fast.glu import interleave, interleave_grouped
@@ -176,6 +177,47 @@ def test_quantize_triton_kernels_match_reference(monkeypatch: pytest.MonkeyPatch
     kwargs = {"num_members": 3, "first_dims": first_dims, "last_dims": last_dims, "recipe": recipe, "block": block,
               "usage": "both", "x_dtype": "bfloat16"}  # fmt: skip
     assert_matches(quantize(tensor, **kwargs), reference.group.quantize(carrier, **kwargs), str(kwargs))
+
+
+@pytest.mark.parametrize(
+    ("first_dims", "last_dims", "calls"),
+    [
+        ([128, 0, 256, 32], [96] * 4, 1),  # one K, whole 128-row scale tiles between members: one stacked call
+        ([256, 128], [64, 64], 1),
+        ([96, 128], [64, 64], 2),  # member 0 would leave padding rows between the members' scales
+        ([128, 128], [64, 32], 2),  # two Ks
+    ],
+)
+@pytest.mark.parametrize(
+    ("usage", "scale_layout"), [("both", "compact"), ("rowwise", "swizzled"), ("both", "swizzled")]
+)
+def test_mxfp8_members_that_stack_are_quantized_in_one_call(
+    monkeypatch: pytest.MonkeyPatch,
+    first_dims: list[int],
+    last_dims: list[int],
+    calls: int,
+    usage: str,
+    scale_layout: str,
+):
+    """MXFP8 members of one K whose scale matrices abut (``fast.group._stackable``) take one quantizer call on
+    the stacked ``[sum(M), K]`` view, whose outputs are the grouped buffers as they are; the bytes are the
+    reference's either way (swizzled columnwise scales never stack: tiled as the transpose, they interleave)."""
+    monkeypatch.setenv(PATH_ENV, "torch")
+    seen: list[tuple[int, ...]] = []
+    real = fast.group.quantizer
+
+    def counting(*args: Any) -> Any:
+        member = real(*args)
+        return lambda x: seen.append(tuple(x.shape)) or member(x)
+
+    monkeypatch.setattr(fast.group, "quantizer", counting)
+    total = sum(m * k for m, k in zip(first_dims, last_dims, strict=True))
+    tensor, carrier = special_buffer(total, "bfloat16", seed=total)
+    kwargs = {"num_members": len(first_dims), "first_dims": first_dims, "last_dims": last_dims, "recipe": "mxfp8",
+              "block": "1d", "usage": usage, "scale_layout": scale_layout, "x_dtype": "bfloat16"}  # fmt: skip
+    assert_matches(quantize(tensor, **kwargs), reference.group.quantize(carrier, **kwargs), str(kwargs))
+    stacked = calls == 1 and not (scale_layout == "swizzled" and usage != "rowwise")
+    assert len(seen) == (1 if stacked else sum(1 for m, k in zip(first_dims, last_dims, strict=True) if m * k))
 
 
 def test_quantize_writes_each_member_in_place_of_one_allocation(monkeypatch: pytest.MonkeyPatch):
