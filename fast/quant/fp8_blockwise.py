@@ -21,19 +21,19 @@ Layouts (GEMM-ready, as TE allocates them; scale padding is left unwritten)
 
 The kernel
 ----------
-One program per tile of ``x`` (a 1-D grid); ``TILES`` gives each (block, usage) its ``(BLOCK_M, BLOCK_K,
-num_warps)``.  Rowwise 1x128 alone: a ``BLOCK_M x 128`` tile in one pass (load, widen to float32 with
-``fast._triton.float32_bits``, ``|x|`` with NaN as 0, the row amaxes, scales, cast, store).  Wherever column
-blocks (or 128x128 tiles) are cast, a program spans 128 rows by ``BLOCK_K`` columns and reads them
-``BLOCK_M`` rows at a time, twice: pass 1 keeps a running elementwise maximum for the column (or tile) amax
-and casts the rowwise 1x128 blocks on the way; pass 2 reads the rows again (from L2) and casts them with
-the column (or tile) scale, storing the columnwise codes through ``tl.trans``.  Chunks keep the registers
-low, so that several programs share an SM.  Scales come from ``fast.quant.fp8.scale_from_amax`` (powers
-of two without a division; float32 scales from a float64 quotient) and ``reciprocal``; the codes from
-``fast.quant.fp8.fp8_code`` (the hardware ``cvt.rn.satfinite`` on CUDA, integer arithmetic in the
-interpreter: ``fast/quant/fp8.py``).  Bytes moved from HBM: the input once, each copy's codes once, the
-scales (1/128 or 1/16384 of the elements).  Tiles and warps come from an H100 sweep at bfloat16
-8192x8192, every candidate checked bit for bit against the previous tiles.
+One program per tile of ``x`` (a 1-D grid, K-tiles of a row band first); ``TILES`` gives each (block, usage) its
+``(BLOCK_M, BLOCK_K, num_warps)``.  A program reads its tile once (widened to float32 with
+``fast._triton.float32_bits``) and computes every output from those registers: ``|x|`` with NaN as 0, the
+block amaxes (rows of 128 columns, columns of 128 rows, or the whole 128x128 tile), the scales, the codes of
+each copy, and the stores -- the columnwise codes through ``tl.trans``, so that each column block is written
+as one contiguous 128-byte run of ``columnwise_data``.  Tiles that lie inside ``x`` (``EVEN``) load and store
+without masks.  Scales come from ``fast.quant.fp8.scale_from_amax`` (powers of two without a division;
+float32 scales from a float64 quotient) and ``reciprocal``; the codes from ``fast.quant.fp8.fp8_code`` (the
+hardware ``cvt.rn.satfinite`` on CUDA, integer arithmetic in the interpreter: ``fast/quant/fp8.py``).  Bytes
+moved from HBM: the input once, each copy's codes once, the scales (1/128 or 1/16384 of the elements).
+Tiles and warps come from an H200 sweep at bfloat16 8192x8192 (``TILES``), every candidate checked bit for
+bit against the previous kernel.  After the first call of a shape and recipe, the compiled kernel is launched
+directly (``_LAUNCHES``), without the ``JITFunction``'s per-call host work.
 
 Paths are chosen by ``QCONFORM_FAST_PATH`` as in ``fast/cast.py``.  This module imports without Triton
 and queries no device at import time.
@@ -41,6 +41,7 @@ and queries no device at import time.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -78,12 +79,22 @@ TILE = 128
 
 
 @device
-def _load_rows(x_ptr, rows, cols, M, K, INPUT: tl.constexpr):
-    """float32 values of ``x[rows][:, cols]`` (0 outside ``[M, K]``) and the in-range mask."""
-    mask = (rows < M)[:, None] & (cols < K)[None, :]
-    raw = tl.load(x_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :], mask=mask, other=0)
+def _load_rows(x_ptr, rows, cols, M, K, INPUT: tl.constexpr, EVEN: tl.constexpr):
+    """float32 values of ``x[rows][:, cols]`` (0 outside ``[M, K]``; EVEN: the tile lies inside, no mask)."""
+    pointers = x_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :]
+    in_range = (rows < M)[:, None] & (cols < K)[None, :]
+    raw = tl.load(pointers) if EVEN else tl.load(pointers, mask=in_range, other=0)
     _, bits = float32_bits(raw, INPUT)
-    return bits.to(tl.float32, bitcast=True), mask
+    return bits.to(tl.float32, bitcast=True)
+
+
+@device
+def _store_tile(pointers, code, first, second, first_size, second_size, EVEN: tl.constexpr):
+    """Store ``code`` at ``pointers`` (a 2-D tile whose axes run over ``first`` and ``second``), masked unless EVEN."""
+    if EVEN:
+        tl.store(pointers, code)
+    else:
+        tl.store(pointers, code, mask=(first < first_size)[:, None] & (second < second_size)[None, :])
 
 
 @device
@@ -121,79 +132,66 @@ def _fp8_block_kernel(
     ROWWISE: tl.constexpr,
     COLWISE: tl.constexpr,
     INPUT: tl.constexpr,
-    # tiling: programs of BLOCK_M (rowwise 1x128 alone) or 128 rows (read BLOCK_M at a time) by BLOCK_K columns
+    # tiling: programs of BLOCK_M rows (128 where column blocks or 128x128 tiles are cast) by BLOCK_K columns
+    # (128 where rowwise blocks or 128x128 tiles are cast); EVEN: every tile lies inside x (no masks)
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    EVEN: tl.constexpr,
 ):
+    # The tile is read once; every output (rowwise and columnwise codes, their scales) comes from its registers.
     k_tiles = tl.maximum(tl.cdiv(K, BLOCK_K), 1)
     pid_m, pid_k = tl.program_id(0) // k_tiles, tl.program_id(0) % k_tiles
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-    if not (TWO_D or COLWISE):  # rowwise 1x128 alone: one pass over BLOCK_M rows, one block of each
-        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        value, mask = _load_rows(x_ptr, rows, cols, M, K, INPUT)
-        scale = scale_from_amax(tl.max(_magnitude(value), axis=1), epsilon, value_for_inf, FP8_MAX, MAX_BITS, POW2)
-        code = fp8_code(value * scale[:, None], MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
-        tl.store(data_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :], code, mask=mask)
-        tl.store(scale_inv_ptr + pid_k * SCALE_STRIDE + rows, reciprocal(scale, POW2), mask=rows < M)
-    else:
-        # Column blocks span the program's 128 rows: pass 1 reads them BLOCK_M at a time for the column (or
-        # tile) amax, casting the rowwise 1x128 blocks on the way; pass 2 reads them again (from L2) and casts
-        # with the column (or tile) scale.  Reading in chunks keeps registers low, so that many programs
-        # share an SM and hide the memory latency.
-        top = pid_m * 128
-        running = tl.zeros([BLOCK_M, BLOCK_K], tl.float32)
-        for start in range(0, 128, BLOCK_M):
-            rows = top + start + tl.arange(0, BLOCK_M)
-            value, mask = _load_rows(x_ptr, rows, cols, M, K, INPUT)
-            magnitude = _magnitude(value)
-            running = tl.maximum(running, magnitude)
-            if ROWWISE and not TWO_D:  # 1x128 both: the rows' blocks now
-                row_scale = scale_from_amax(tl.max(magnitude, axis=1), epsilon, value_for_inf, FP8_MAX, MAX_BITS, POW2)
-                code = fp8_code(value * row_scale[:, None], MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
-                tl.store(data_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :], code, mask=mask)
-                tl.store(scale_inv_ptr + pid_k * SCALE_STRIDE + rows, reciprocal(row_scale, POW2), mask=rows < M)
-        amax = tl.max(running, axis=0)
-        if TWO_D:  # one scale for the tile
-            amax = tl.max(amax, axis=0)
+    value = _load_rows(x_ptr, rows, cols, M, K, INPUT, EVEN)
+    magnitude = _magnitude(value)
+    data_ptrs = data_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :]
+    if TWO_D:  # one scale for the tile
+        amax = tl.max(tl.max(magnitude, axis=1), axis=0)
         scale = scale_from_amax(amax, epsilon, value_for_inf, FP8_MAX, MAX_BITS, POW2)
-        for start in range(0, 128, BLOCK_M):
-            rows = top + start + tl.arange(0, BLOCK_M)
-            value, mask = _load_rows(x_ptr, rows, cols, M, K, INPUT)
-            if TWO_D:
-                code = fp8_code(value * scale, MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
-                if ROWWISE:
-                    tl.store(data_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :], code, mask=mask)
-            else:
-                code = fp8_code(value * scale[None, :], MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
-            if COLWISE:  # stored transposed: the column blocks run along the rows of columnwise_data
-                tl.store(
-                    columnwise_ptr + cols.to(tl.int64)[:, None] * M + rows[None, :],
-                    tl.trans(code),
-                    mask=tl.trans(mask),
-                )
+        code = fp8_code(value * scale, MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
         inverse = reciprocal(scale, POW2)
-        if TWO_D:
-            if ROWWISE:
-                tl.store(scale_inv_ptr + pid_m * SCALE_STRIDE + pid_k, inverse)
-            if COLWISE:
-                tl.store(columnwise_scale_inv_ptr + pid_k * COLUMNWISE_SCALE_STRIDE + pid_m, inverse)
-        else:
-            tl.store(columnwise_scale_inv_ptr + pid_m * COLUMNWISE_SCALE_STRIDE + cols, inverse, mask=cols < K)
+        if ROWWISE:
+            _store_tile(data_ptrs, code, rows, cols, M, K, EVEN)
+            tl.store(scale_inv_ptr + pid_m * SCALE_STRIDE + pid_k, inverse)
+        if COLWISE:
+            tl.store(columnwise_scale_inv_ptr + pid_k * COLUMNWISE_SCALE_STRIDE + pid_m, inverse)
+    else:
+        if ROWWISE:  # 1x128 blocks along the rows
+            row_scale = scale_from_amax(tl.max(magnitude, axis=1), epsilon, value_for_inf, FP8_MAX, MAX_BITS, POW2)
+            row_code = fp8_code(value * row_scale[:, None], MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
+            _store_tile(data_ptrs, row_code, rows, cols, M, K, EVEN)
+            row_inverse = reciprocal(row_scale, POW2)
+            if EVEN:
+                tl.store(scale_inv_ptr + pid_k * SCALE_STRIDE + rows, row_inverse)
+            else:
+                tl.store(scale_inv_ptr + pid_k * SCALE_STRIDE + rows, row_inverse, mask=rows < M)
+        if COLWISE:  # 128x1 blocks down the columns
+            scale = scale_from_amax(tl.max(magnitude, axis=0), epsilon, value_for_inf, FP8_MAX, MAX_BITS, POW2)
+            code = fp8_code(value * scale[None, :], MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
+            inverse = reciprocal(scale, POW2)
+            if EVEN:
+                tl.store(columnwise_scale_inv_ptr + pid_m * COLUMNWISE_SCALE_STRIDE + cols, inverse)
+            else:
+                tl.store(columnwise_scale_inv_ptr + pid_m * COLUMNWISE_SCALE_STRIDE + cols, inverse, mask=cols < K)
+    if COLWISE:  # stored transposed: the column blocks run along the rows of columnwise_data
+        column_ptrs = columnwise_ptr + cols.to(tl.int64)[:, None] * M + rows[None, :]
+        _store_tile(column_ptrs, tl.trans(code), cols, rows, K, M, EVEN)
 
 
 # %% Launcher
 
 TILES: dict[tuple[str, str], tuple[int, int, int]] = {
     ("1x128", "rowwise"): (32, 128, 4),
-    ("1x128", "columnwise"): (32, 64, 4),
+    ("1x128", "columnwise"): (128, 64, 4),
     ("1x128", "both"): (128, 128, 8),
-    ("128x128", "rowwise"): (64, 128, 8),
-    ("128x128", "columnwise"): (32, 128, 8),
-    ("128x128", "both"): (64, 128, 8),
+    ("128x128", "rowwise"): (128, 128, 8),
+    ("128x128", "columnwise"): (128, 128, 8),
+    ("128x128", "both"): (128, 128, 8),
 }
-"""(BLOCK_M, BLOCK_K, num_warps) per (block, usage).  A program holds whole blocks: BLOCK_K = 128 where rowwise
-1x128 blocks are cast and for 128x128; where column blocks are cast it spans 128 rows, read BLOCK_M (a divisor
-of 128) at a time."""
+"""(BLOCK_M, BLOCK_K, num_warps) per (block, usage): programs of BLOCK_M rows by BLOCK_K columns, each reading its
+tile once.  A program holds whole blocks: BLOCK_K = 128 where rowwise 1x128 blocks are cast and for 128x128;
+BLOCK_M = 128 where column blocks (or 128x128 tiles) are cast."""
 
 
 def _round4(n: int) -> int:
@@ -208,39 +206,74 @@ def scale_shapes(block: str, m: int, k: int) -> tuple[tuple[int, int], tuple[int
     return (mb, _round4(kb)), (kb, _round4(mb))
 
 
+_LAUNCHES: dict[tuple[Any, ...], tuple[Any, tuple[Any, ...]]] = {}
+"""Compiled launches (``CompiledKernel[grid]`` and the constexpr values it takes after the runtime arguments) by
+shape, recipe, dtype, device, input alignment and tile: the first call of each goes through Triton's
+``JITFunction``, whose per-call argument binding and cache lookup cost host time comparable to the kernel's;
+later calls launch the compiled kernel directly (as ``fast.quant.mx`` does)."""
+_LAUNCHES_MAX = 1024
+_RUNTIME_ARGS = 11
+"""The kernel's leading runtime arguments (pointers, sizes, epsilon and value_for_inf); the rest are constexpr."""
+
+
 def _triton(x2: torch.Tensor, out: dict[str, torch.Tensor], block: str, usage: str, rule: dict[str, Any]) -> None:
     m, k = x2.shape
-    block_m, block_k, num_warps = TILES[block, usage]
-    rows_per_program = block_m if (block, usage) == ("1x128", "rowwise") else TILE
+    tile = TILES[block, usage]
+    block_m, block_k, num_warps = tile
     placeholder = next(iter(out.values()))
-    data = out.get("data", placeholder)
-    columnwise = out.get("columnwise_data", placeholder)
     scale_inv = out.get("scale_inv", placeholder)
     columnwise_scale_inv = out.get("columnwise_scale_inv", placeholder)
+    args = (
+        x2,
+        out.get("data", placeholder),
+        scale_inv,
+        out.get("columnwise_data", placeholder),
+        columnwise_scale_inv,
+        m,
+        k,
+        scale_inv.shape[-1] if "scale_inv" in out else 0,
+        columnwise_scale_inv.shape[-1] if "columnwise_scale_inv" in out else 0,
+        rule["epsilon"],
+        rule["value_for_inf"],
+    )
+    core = rounding_core(x2.device)
+    key = (
+        m,
+        k,
+        block,
+        usage,
+        rule["format"],
+        rule["power_2_scale"],
+        core,
+        x2.dtype,
+        x2.device,
+        x2.data_ptr() % 16,
+        tile,
+    )
+    cached = _LAUNCHES.get(key) if x2.device.type == "cuda" else None
+    if cached is not None:
+        cached[0](*args, *cached[1])
+        return
+    meta = {
+        "POW2": rule["power_2_scale"],
+        **FORMAT_META[rule["format"]],
+        "CORE": core,
+        "TWO_D": block == "128x128",
+        "ROWWISE": usage != "columnwise",
+        "COLWISE": usage != "rowwise",
+        "INPUT": INPUT_IDS[x2.dtype],
+        "BLOCK_M": block_m,
+        "BLOCK_K": block_k,
+        "EVEN": m % block_m == 0 and k % block_k == 0,
+    }
+    grid = triton.cdiv(m, block_m) * triton.cdiv(k, block_k)
     with quiet_interpreter(x2.device):
-        jit(_fp8_block_kernel)[(triton.cdiv(m, rows_per_program) * triton.cdiv(k, block_k),)](
-            x2,
-            data,
-            scale_inv,
-            columnwise,
-            columnwise_scale_inv,
-            m,
-            k,
-            scale_inv.shape[-1] if "scale_inv" in out else 0,
-            columnwise_scale_inv.shape[-1] if "columnwise_scale_inv" in out else 0,
-            rule["epsilon"],
-            rule["value_for_inf"],
-            POW2=rule["power_2_scale"],
-            **FORMAT_META[rule["format"]],
-            CORE=rounding_core(x2.device),
-            TWO_D=block == "128x128",
-            ROWWISE=usage != "columnwise",
-            COLWISE=usage != "rowwise",
-            INPUT=INPUT_IDS[x2.dtype],
-            BLOCK_M=block_m,
-            BLOCK_K=block_k,
-            num_warps=num_warps,
-        )
+        compiled = jit(_fp8_block_kernel)[(grid,)](*args, **meta, num_warps=num_warps)
+    if x2.device.type == "cuda":
+        if len(_LAUNCHES) >= _LAUNCHES_MAX:
+            _LAUNCHES.clear()
+        names = list(inspect.signature(_fp8_block_kernel).parameters)[_RUNTIME_ARGS:]
+        _LAUNCHES[key] = (compiled[(grid, 1, 1)], tuple(meta[name] for name in names))
 
 
 def _torch(x2: torch.Tensor, out: dict[str, torch.Tensor], block: str, usage: str, rule: dict[str, Any]) -> None:
