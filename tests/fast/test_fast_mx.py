@@ -397,7 +397,9 @@ def test_cached_launch_repeats_the_first(monkeypatch: pytest.MonkeyPatch, tile: 
         monkeypatch.delenv("QCONFORM_MX_TILE", raising=False)
     plan = fast_mx_module._plan(torch.zeros(64, 512), "float8_e4m3fn", "rceil", "rowwise", "1d", "compact", "te")
     outputs = fast_mx_module._allocate(torch.zeros(64, 512), plan)
-    x = types.SimpleNamespace(dtype=torch.float32, device=torch.device("cuda", 0))  # what _launch reads of x
+    x = types.SimpleNamespace(  # what _launch reads of x
+        dtype=torch.float32, device=torch.device("cuda", 0), data_ptr=lambda: 0
+    )
     fast_mx_module._launch(x, plan, outputs)
     fast_mx_module._launch(x, plan, outputs)
     (_, size, first_args, meta), (kind, grid, args) = launches
