@@ -12,10 +12,13 @@ The member dims are host lists (TE's ``tensor_shapes``), so nothing here waits o
 the recipe's ``fast.quant`` quantizer (``fast.buffers.quantizer``: Triton kernels on CUDA, torch ops on
 CPU).  Where the members stacked as one ``[sum(M), K]`` tensor quantize to the grouped buffers as
 they are (MXFP8 members of one ``K`` whose scale matrices abut, :func:`_stackable`), that is one call
-and no copy.  Otherwise every grouped buffer is allocated once and each member is quantized alone,
-its outputs copied into its slots: one launch sequence per member and an extra pass over the
-quantized bytes.  Removing that pass needs the quantizers to write into given output buffers (or a
-fused grouped kernel); per-tensor scales (FP8 current scaling, NVFP4's global amax) rule out stacking.
+and no copy.  FP8 current scaling on the Triton path runs two grouped kernels for all members (an
+amax per member, then the cast; :func:`_fp8_tensor_grouped`), built from ``fast.quant.fp8``'s device
+functions.  Otherwise (FP8 blockwise, NVFP4, ragged MXFP8, the torch path) every grouped buffer is
+allocated once and each member is quantized alone, its outputs copied into its slots: one launch
+sequence per member and an extra pass over the quantized bytes.  Removing that pass needs the
+quantizers to write into given output buffers, or their kernel bodies as device functions that a
+grouped kernel can call per member tile; NVFP4's per-tensor amax rules out stacking.
 
 Source: NVIDIA/TransformerEngine ``pytorch/tensor/storage/grouped_tensor_storage.py``
 (``make_grouped_tensor``, ``split_into_quantized_tensors``, ``quantize``),
@@ -29,7 +32,19 @@ from collections.abc import Sequence
 
 import torch
 
+from fast._triton import device, float32_bits, jit, selected_path, tl, triton
 from fast.buffers import quantizer
+from fast.quant.fp8 import (
+    CAST_TILES,
+    F32_MAX,
+    FORMAT_META,
+    INPUT_IDS,
+    fp8_code,
+    quiet_interpreter,
+    reciprocal,
+    rounding_core,
+    scale_from_amax,
+)
 
 __all__ = ["layout", "quantize", "split", "stack", "tp_partition"]
 
@@ -207,7 +222,8 @@ def quantize(
     bytes of the recipe's quantizer run on that member alone with TransformerEngine's defaults (E4M3;
     ``fp8_tensor``; ``mxfp8`` rceil with TE edges, ``blocks=block``, ``scale_layout``; ``fp8_block``
     1x128 / 128x128 power-of-two; ``nvfp4`` 1x16 / 16x16, TE rule), at the member's offsets.  Members
-    that stack (module docstring) are quantized in one call on the stacked view, which gives the same bytes.
+    that stack (module docstring) are quantized in one call on the stacked view, and ``fp8_tensor`` on
+    the Triton path by two grouped kernels: the same bytes.
 
     Source
     ------
@@ -249,6 +265,8 @@ def quantize(
     if _stackable(recipe, scale_layout, usage, shapes):
         results = quantize_member(data.view(-1, shapes[0][1]))
         return {name: results[source].reshape(-1) for name, (source, _, _) in produced.items()}
+    if recipe == "fp8_tensor" and selected_path(data.device) == "triton":
+        return _fp8_tensor_grouped(data, shapes, offsets, usage)
     scale_shapes = [_scale_shapes(recipe, block, m, k) for m, k in shapes]
     slots = {"rowwise": [s[0] for s in scale_shapes], "columnwise": [s[1] for s in scale_shapes]}
     out, scale_offsets = _allocate(produced, offsets, slots, num_members, data.device)
@@ -467,3 +485,113 @@ def gemm(
     from fast.gemm import grouped
 
     return grouped(a, b, form=form, groups=groups, group_sizes=group_sizes)
+
+
+# %% FP8 current scaling of all members in two launches (Triton)
+
+AMAX_CHUNK: tuple[int, int, int] = (4096, 8, 4)
+"""(elements per step, steps, num_warps) of the grouped amax kernel: each program reduces BLOCK * STEPS
+elements of one member and makes one atomic."""
+_META_ROWS = 5
+"""Rows of the members' table: element offsets, first amax program, M, K, first cast tile (``MEMBERS`` wide)."""
+
+
+def _fp8_tensor_grouped(
+    data: torch.Tensor, shapes: list[tuple[int, int]], offsets: list[int], usage: str
+) -> dict[str, torch.Tensor]:
+    """``group.quantize`` of ``fp8_tensor`` in two kernel launches for all members (no per-member calls).
+
+    The grouped amax kernel gives each member's ``max|x|`` (NaN ignored) by one atomic per program; the
+    grouped cast kernel is ``fast.quant.fp8``'s cast (``scale_from_amax``, ``reciprocal``, ``fp8_code``,
+    its tiles) with every tile looking up its member in a table, reading the member's amax and writing
+    the member's codes (and their transpose) at the member's offset.  Same bits as ``fast.quant.fp8_tensor``
+    on each member alone: the same device functions on the same values.
+    """
+    n, device = len(shapes), data.device
+    members = triton.next_power_of_2(n + 1)
+    block, steps, amax_warps = AMAX_CHUNK
+    block_m, block_k, cast_warps = CAST_TILES[usage]
+    amax_programs = [triton.cdiv(m * k, block * steps) for m, k in shapes]
+    tiles = [triton.cdiv(m, block_m) * triton.cdiv(k, block_k) if m * k else 0 for m, k in shapes]
+    columns = [offsets, _offsets(amax_programs), [m for m, _ in shapes], [k for _, k in shapes], _offsets(tiles)]
+    table = torch.tensor([row + [0] * (members - len(row)) for row in columns], dtype=torch.int64, device=device)
+    empty = {"amax": 0.0, "scale": 1.0, "scale_inv": 1.0}
+    out = {name: torch.full((n,), value, dtype=torch.float32, device=device) for name, value in empty.items()}
+    copies = {"data": usage != "columnwise", "columnwise_data": usage != "rowwise"}
+    for name, wanted in copies.items():
+        if wanted:
+            out[name] = torch.empty(offsets[-1], dtype=torch.uint8, device=device)
+    codes = out.get("data", out.get("columnwise_data"))
+    amax_bits = torch.zeros(n, dtype=torch.int32, device=device)
+    with quiet_interpreter(device):
+        if sum(amax_programs):
+            jit(_grouped_amax_kernel)[(sum(amax_programs),)](
+                data, amax_bits, table, n, INPUT=INPUT_IDS[data.dtype], BLOCK=block, STEPS=steps, MEMBERS=members,
+                num_warps=amax_warps,
+            )  # fmt: skip
+        if sum(tiles):
+            jit(_grouped_cast_kernel)[(sum(tiles),)](
+                data, out.get("data", codes), out.get("columnwise_data", codes), amax_bits, out["amax"], out["scale"],
+                out["scale_inv"], table, n, 0.0, F32_MAX, **FORMAT_META["float8_e4m3fn"], CORE=rounding_core(device),
+                ROWWISE=copies["data"], COLWISE=copies["columnwise_data"], INPUT=INPUT_IDS[data.dtype],
+                BLOCK_M=block_m, BLOCK_K=block_k, MEMBERS=members, num_warps=cast_warps,
+            )  # fmt: skip
+    return out
+
+
+@device
+def _member_of(table_ptr, row, n_members, pid, MEMBERS: tl.constexpr):
+    """The member whose programs (``table`` row ``row``, cumulative) hold program ``pid``, and its first program."""
+    index = tl.arange(0, MEMBERS)
+    starts = tl.load(table_ptr + row * MEMBERS + index, mask=index <= n_members, other=1 << 62)
+    member = tl.sum((starts <= pid).to(tl.int32), axis=0) - 1
+    return member, tl.load(table_ptr + row * MEMBERS + member)
+
+
+def _grouped_amax_kernel(
+    x_ptr, amax_bits_ptr, table_ptr, n_members, INPUT: tl.constexpr, BLOCK: tl.constexpr, STEPS: tl.constexpr,
+    MEMBERS: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    member, first = _member_of(table_ptr, 1, n_members, pid, MEMBERS)
+    end = tl.load(table_ptr + member + 1)
+    offsets = tl.load(table_ptr + member) + (pid - first) * (BLOCK * STEPS) + tl.arange(0, BLOCK)
+    running = tl.zeros([BLOCK], tl.float32)
+    for _ in range(STEPS):
+        _, bits = float32_bits(tl.load(x_ptr + offsets, mask=offsets < end, other=0), INPUT)
+        value = bits.to(tl.float32, bitcast=True)
+        running = tl.maximum(running, tl.where(value == value, tl.abs(value), 0.0))  # NaN ignored
+        offsets += BLOCK
+    tl.atomic_max(amax_bits_ptr + member, tl.max(running, axis=0).to(tl.int32, bitcast=True))
+
+
+def _grouped_cast_kernel(
+    x_ptr, data_ptr, columnwise_ptr, amax_bits_ptr, amax_ptr, scale_ptr, scale_inv_ptr, table_ptr, n_members,
+    epsilon, value_for_inf, FP8_MAX: tl.constexpr, MANTISSA_BITS: tl.constexpr, BIAS: tl.constexpr,
+    MAX_CODE: tl.constexpr, MAX_BITS: tl.constexpr, MAGIC: tl.constexpr, CORE: tl.constexpr, ROWWISE: tl.constexpr,
+    COLWISE: tl.constexpr, INPUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, MEMBERS: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    member, first = _member_of(table_ptr, 4, n_members, pid, MEMBERS)
+    begin = tl.load(table_ptr + member)
+    m, k = tl.load(table_ptr + 2 * MEMBERS + member), tl.load(table_ptr + 3 * MEMBERS + member)
+    local = pid - first
+    k_tiles = tl.cdiv(k, BLOCK_K)
+    rows = (local // k_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = (local % k_tiles) * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask = (rows < m)[:, None] & (cols < k)[None, :]
+    raw = tl.load(x_ptr + begin + rows.to(tl.int64)[:, None] * k + cols[None, :], mask=mask, other=0)
+    _, bits = float32_bits(raw, INPUT)
+    value = bits.to(tl.float32, bitcast=True)
+    amax = tl.load(amax_bits_ptr + member).to(tl.float32, bitcast=True)
+    scale = scale_from_amax(amax, epsilon, value_for_inf, FP8_MAX, MAX_BITS, False)
+    if local == 0:
+        tl.store(amax_ptr + member, amax)
+        tl.store(scale_ptr + member, scale)
+        tl.store(scale_inv_ptr + member, reciprocal(scale, False))
+    code = fp8_code(value * scale, MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
+    if ROWWISE:
+        tl.store(data_ptr + begin + rows.to(tl.int64)[:, None] * k + cols[None, :], code, mask=mask)
+    if COLWISE:
+        where = begin + cols.to(tl.int64)[:, None] * m + rows[None, :]
+        tl.store(columnwise_ptr + where, tl.trans(code), mask=tl.trans(mask))
