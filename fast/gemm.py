@@ -532,13 +532,14 @@ def _scaled_mm_runs(
     if scalings == ("rowwise", "rowwise"):
         return out_dtype == "bfloat16" or capability == (9, 0)
     cuda = tuple(int(part) for part in str(torch.version.cuda or "0.0").split(".")[:2])
-    return capability == (9, 0) and cuda >= (12, 9) and a.shape[1] % _BLOCK == 0
+    # cuBLASLt answers CUBLAS_STATUS_NOT_SUPPORTED for a 1x128 operand of M = 1 or 3 rows (torch 2.11, H200)
+    return capability == (9, 0) and cuda >= (12, 9) and a.shape[1] % _BLOCK == 0 and a.shape[0] % 16 == 0
 
 
 def _torch_scales(scale: torch.Tensor, scaling: str, operand: str) -> torch.Tensor:
     """A scale tensor in the layout ``torch._scaled_mm`` wants for operand ``a`` or ``b`` (passed as ``b.t()``)."""
-    if scaling == "tensorwise":
-        return scale.reshape(())
+    if scaling == "tensorwise":  # a fresh 16-byte-aligned scalar: a view into a buffer of scalars may not be
+        return scale.reshape(()).clone()
     if operand == "a":
         return scale.t().contiguous().t() if scaling == "1x128" else scale.contiguous()  # 1x128: outer-dim-major
     if scaling == "rowwise":
