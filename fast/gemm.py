@@ -532,8 +532,12 @@ def _scaled_mm_runs(
     if scalings == ("rowwise", "rowwise"):
         return out_dtype == "bfloat16" or capability == (9, 0)
     cuda = tuple(int(part) for part in str(torch.version.cuda or "0.0").split(".")[:2])
-    # cuBLASLt answers CUBLAS_STATUS_NOT_SUPPORTED for a 1x128 operand of M = 1 or 3 rows (torch 2.11, H200)
-    return capability == (9, 0) and cuda >= (12, 9) and a.shape[1] % _BLOCK == 0 and a.shape[0] % 16 == 0
+    # Seen with torch 2.11 (CUDA 13.0, H200): cuBLASLt answers CUBLAS_STATUS_NOT_SUPPORTED for a 1x128 operand of
+    # M = 1 or 3 rows, and a 128x128 operand with K / 128 = 1 and several blocks of rows gives wrong outputs
+    # past the first block (cuBLASLt seemingly reads its scales with rows padded to 4 blocks, as TE's GEMM-ready
+    # layout stores them, while torch passes them compact): so M % 16 == 0, and K % 512 == 0 with 128x128.
+    k_multiple = 4 * _BLOCK if "128x128" in scalings else _BLOCK
+    return capability == (9, 0) and cuda >= (12, 9) and a.shape[1] % k_multiple == 0 and a.shape[0] % 16 == 0
 
 
 def _torch_scales(scale: torch.Tensor, scaling: str, operand: str) -> torch.Tensor:
