@@ -31,7 +31,7 @@ Two passes over ``x``, the fewest a global amax allows:
    of 16 along ``K``, computes the E4M3 block scales and encode scales, rounds ``fl32(v * enc)`` to
    E2M1 and writes packed data and scales; the columnwise part does the same on the transposed tile
    (after the Hadamard butterflies when asked) and writes ``[K, M/2]`` rows.  With one warp per
-   tile, a thread holds 16 rows of 8 columns: a columnwise block (and the Hadamard chunk, and the
+   tile, a thread holds 16 rows of 4 columns: a columnwise block (and the Hadamard chunk, and the
    pair of rows of a columnwise byte) never leaves its thread.  Programs walk the tiles in reverse,
    so the tiles the amax pass read last (still in L2) are read first.
 
@@ -846,12 +846,13 @@ class _Tiling(NamedTuple):
 _ROWWISE = _Tiling(quantize=_Launch(4, 2048, 4, 4), amax=_Launch(1, 4096, 8, 4))
 """Rowwise operand only (``_nvfp4_rowwise_kernel``): 4 x 2048 tiles (each thread two 16-element blocks of
 each of 4 rows), 4 warps; the flat amax pass in chunks of 4096 words (16 per thread), 8 warps."""
-_COLUMNWISE = _Tiling(quantize=_Launch(16, 256, 1, 8), amax=_Launch(1, 4096, 8, 4))
-"""Both operands or the columnwise one (``_nvfp4_quantize_kernel``): one warp per 16 x 256 tile, a thread
-holding 16 rows of 8 columns, so neither the column amax nor the pairing of rows into bytes crosses
-threads (38 instructions per element for both operands and 49 with the Hadamard transform in the SASS of
-``ptxas`` for sm_90; 255 registers, no spills).  The tile amax pass (row-scaled amax, Hadamard transform)
-uses the same tiles."""
+_COLUMNWISE = _Tiling(quantize=_Launch(16, 128, 1, 8), amax=_Launch(1, 4096, 8, 4))
+"""Both operands or the columnwise one (``_nvfp4_quantize_kernel``): one warp per 16 x 128 tile, a thread
+holding 16 rows of 4 columns, so neither the column amax nor the pairing of rows into bytes crosses
+threads (167 registers in Triton 3.6 for sm_90, no spills).  16 x 256 tiles (a thread holding 8 columns,
+255 registers) were 17% slower on the H200: with one warp per program the registers bound the resident
+warps, which must hide the load latency.  The tile amax pass (row-scaled amax, Hadamard transform) uses
+the same tiles."""
 
 
 def _tiling(s: _Settings, x: torch.Tensor) -> _Tiling:
