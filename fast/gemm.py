@@ -47,10 +47,12 @@ Scaled GEMMs
 ------------
 No Triton kernel: on CUDA :func:`scaled` calls ``torch._scaled_mm`` for the scalings the GPU runs
 (tensorwise on sm89+; rowwise and the three blockwise pairs with E4M3 operands, blockwise on sm90 with
-CUDA >= 12.9, float32 rowwise output on sm90 only), so there it certifies torch's op against the
-reference, as the ``torch`` backend does.  Everywhere else it dequantizes (``value * scale`` in
-float32) and multiplies in float32.  Its operands are FP8 values in float32 carriers (cast to FP8
-exactly; a value the format cannot hold is an error).
+CUDA >= 12.9, M % 16 == 0 and K % 128 == 0, or K % 512 == 0 with a 128x128 operand, where an H200 run
+saw cuBLASLt refuse M = 1, 3 and misread 128x128 scales at K = 128; float32 rowwise output on sm90
+only), so there it certifies torch's op against the reference, as the ``torch`` backend does.
+Everywhere else it dequantizes (``value * scale`` in float32) and multiplies in float32.
+Its operands are FP8 values in float32 carriers (cast to FP8 exactly; a value the format cannot hold is an
+error).  :func:`scaled_mm` is that dispatch on FP8 codes (``fast.linear`` runs its FP8 GEMMs through it).
 
 Paths
 -----
