@@ -193,17 +193,17 @@ def _fp8_block_kernel(
 
 TILES: dict[tuple[str, str], tuple[int, int, int]] = {
     ("1x128", "rowwise"): (32, 128, 4),
-    ("1x128", "columnwise"): (128, 32, 1),
+    ("1x128", "columnwise"): (128, 64, 4),
     ("1x128", "both"): (128, 128, 4),
-    ("128x128", "rowwise"): (128, 128, 16),
-    ("128x128", "columnwise"): (128, 128, 4),
+    ("128x128", "rowwise"): (128, 128, 8),
+    ("128x128", "columnwise"): (128, 128, 8),
     ("128x128", "both"): (128, 128, 8),
 }
 """(BLOCK_M, BLOCK_K, num_warps) per (block, usage): programs of BLOCK_M rows by BLOCK_K columns, each reading its
 tile once.  A program holds whole blocks: BLOCK_K = 128 where rowwise 1x128 blocks are cast and for 128x128;
-BLOCK_M = 128 where column blocks (or 128x128 tiles) are cast.  From an H200 sweep at bfloat16 8192x8192: one
-warp on 128x32 for columnwise alone (a column block then lies within one warp: its maximum needs no shared
-memory round trip and barrier across warps)."""
+BLOCK_M = 128 where column blocks (or 128x128 tiles) are cast.  The fastest of an H200 sweep at bfloat16
+8192x8192 (``fraction of copy bandwidth``: 1x128 rowwise 94%, columnwise 88%, both 76%; 128x128 rowwise 93%,
+columnwise 88%, both 85%)."""
 
 
 def _round4(n: int) -> int:
