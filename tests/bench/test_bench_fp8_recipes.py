@@ -9,10 +9,11 @@ four bytes per scale written.  Peers, timed the same way on the same input (``co
   transposed scales; rowwise plus columnwise as one compiled function; per-tensor current scaling; the delayed
   cast with a given scale and its amax);
 - torchao 0.18's Triton kernels where it has the recipe (``torchao.prototype.blockwise_fp8_training``: 1x128
-  ``act_quant_lhs`` rowwise and ``act_quant_transposed_lhs`` columnwise, 128x128 ``weight_quant_rhs``, and two
-  of them for both copies), and torchao's float8 per-tensor scaling (``tensor_to_scale``, ``to_fp8_saturated``)
-  under ``torch.compile``.  torchao's kernels autotune over up to 45 configs; the benchmark keeps those with
-  ``num_stages=2``, 4 or 8 warps and 16 to 64 groups, to bound the compile time.
+  ``act_quant_lhs`` rowwise and ``act_quant_transposed_lhs`` columnwise, 128x128 ``weight_quant_rhs`` (its codes
+  written column-major: the work of our 128x128 columnwise case), and two of them for both copies), and
+  torchao's float8 per-tensor scaling (``tensor_to_scale``, ``to_fp8_saturated``) under ``torch.compile``.
+  torchao's kernels autotune over up to 45 configs; the benchmark keeps those with ``num_stages=2``, 4 or 8 warps
+  and 16 to 64 groups, to bound the compile time.
 
 Run with ``pytest tests/bench -m bench --benchmark-enable``.
 """
@@ -62,6 +63,8 @@ BLOCK_CASES: dict[str, tuple[str, str, int]] = {
     "1x128 columnwise": ("1x128", "columnwise", moved(1, ELEMENTS // 128)),
     "1x128 both": ("1x128", "both", moved(2, 2 * ELEMENTS // 128)),
     "128x128 rowwise": ("128x128", "rowwise", moved(1, ELEMENTS // 128**2)),
+    # the work of torchao's weight_quant_rhs, which writes its codes column-major (the transposed copy)
+    "128x128 columnwise": ("128x128", "columnwise", moved(1, ELEMENTS // 128**2)),
     "128x128 both": ("128x128", "both", moved(2, 2 * ELEMENTS // 128**2)),
 }
 
