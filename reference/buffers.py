@@ -40,7 +40,7 @@ import numpy as np
 
 from reference._checks import check_choice
 
-__all__ = ["BLOCKS", "RECIPES", "USAGES", "describe", "layout"]
+__all__ = ["BLOCKS", "RECIPES", "USAGES", "describe"]
 
 RECIPES: tuple[str, ...] = ("fp8_tensor", "mxfp8", "fp8_block", "nvfp4")
 BLOCKS: tuple[str, ...] = ("none", "1d", "2d")
@@ -54,7 +54,8 @@ Buffer = tuple[tuple[int, ...], str]
 def layout(shape: Sequence[int], *, recipe: str, block: str = "none", usage: str = "both") -> dict[str, Buffer]:
     """The buffers, in order, of a tensor of ``shape`` quantized by ``recipe``: name -> (shape, dtype name).
 
-    Contract, source and accepted shapes: module docstring.  Raises ``ValueError`` for an unknown
+    The data-free core of :func:`describe` (not a contract of its own, so not in ``__all__``).  Contract,
+    source and accepted shapes: module docstring.  Raises ``ValueError`` for an unknown
     ``recipe``, ``block`` or ``usage``, a ``block`` the recipe does not have, a ``shape`` that is not
     a sequence of ints >= 0, and a shape the recipe does not accept (naming the dim and the rule).
     """
