@@ -14,13 +14,15 @@ and documented entry points, eagerly, on CUDA when a GPU is present and on the C
   versions have no variant in the spec.  FP6 is one code per byte, FP4 packed low nibble first.
 - ``quant.nvfp4``: ``nvfp4_quantize(x, 16, per_tensor_amax_to_scale(torch.max(|x|)))``: the rowwise
   operand, 1x16 blocks, the tensor amax, round to nearest; ``scale_rule=torchao`` on the CPU and
-  ``torchao_cuda`` on CUDA (torch divides by a Python scalar through its reciprocal there).
+  ``torchao_cuda`` on CUDA (torch divides by a Python scalar through its reciprocal there); from
+  torchao 0.17 (before, it divided by the block scales instead of multiplying by reciprocals).
 - ``quant.affine``: ``choose_qparams_affine`` + ``quantize_affine`` (``zero_point_domain=int``),
   the same with ``_quantize_affine_no_zero_point`` (``none``), ``_choose_qparams_affine_tinygemm`` +
   ``_quantize_affine_tinygemm`` (``float``), on ``x`` in the ``arithmetic`` dtype, with
-  ``scalar_division=divide`` on the CPU and ``reciprocal`` on CUDA.  torchao's scales and zero
-  points come squeezed (its ``keepdim=False``); they are given the spec's ``[R/block_rows,
-  C/block_cols]`` shape, and int4 codes are the low nibble of torchao's int8.
+  ``scalar_division=divide`` on the CPU and ``reciprocal`` on CUDA, from torchao 0.12 (the
+  signature without ``zero_point_domain``, eps defaulting to ``smallest_normal``).  torchao's
+  scales and zero points come squeezed (its ``keepdim=False``); they are given the spec's
+  ``[R/block_rows, C/block_cols]`` shape, and int4 codes are the low nibble of torchao's int8.
 
 ``to_mx`` and ``nvfp4_quantize`` take bfloat16 and float32 only; a float16 ``x`` is widened to
 float32 first, which is exact and changes nothing they compute (both take the block amax, exact in
@@ -113,7 +115,7 @@ def _mx(torch: Any, version: str) -> Implementation:
     return Implementation(quantize, supports, validates_inputs=False)
 
 
-def _nvfp4(torch: Any, device: str) -> Implementation:
+def _nvfp4(torch: Any, device: str, version: str) -> Implementation:
     from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize, per_tensor_amax_to_scale
 
     rule = "torchao_cuda" if device == "cuda" else "torchao"
@@ -131,6 +133,8 @@ def _nvfp4(torch: Any, device: str) -> Implementation:
         }
 
     def supports(params: Mapping[str, Any]) -> str | None:
+        if _version(version) < (0, 17):
+            return f"torchao {version} divides by the scales (the reciprocal form the spec models came in 0.17)"
         if any(params[k] != v for k, v in claimed.items()):
             return "nvfp4_quantize: " + ", ".join(f"{k}={v}" for k, v in claimed.items())
         if params["scale_rule"] != rule:
@@ -146,7 +150,7 @@ def _codes(torch: Any, values: Any, dtype: str) -> Any:
     return codes & 0x0F if dtype == "int4" else codes
 
 
-def _affine(torch: Any, device: str) -> Implementation:
+def _affine(torch: Any, device: str, version: str) -> Implementation:
     from torchao.quantization import quant_primitives as qp
 
     division = "reciprocal" if device == "cuda" else "divide"
@@ -184,6 +188,8 @@ def _affine(torch: Any, device: str) -> Implementation:
         return out
 
     def supports(params: Mapping[str, Any]) -> str | None:
+        if _version(version) < (0, 12):
+            return f"torchao {version}'s choose_qparams_affine predates the signature the spec models (0.12)"
         if params["scalar_division"] != division:
             return f"torch on {device} divides by a Python scalar as scalar_division={division!r}"
         return None
@@ -201,8 +207,8 @@ def backend() -> Backend:
     contracts = {
         "cast.fp8": _fp8_cast(torch),
         "quant.mx": _mx(torch, torchao.__version__),
-        "quant.nvfp4": _nvfp4(torch, device),
-        "quant.affine": _affine(torch, device),
+        "quant.nvfp4": _nvfp4(torch, device, torchao.__version__),
+        "quant.affine": _affine(torch, device, torchao.__version__),
     }
     info = {"torchao": torchao.__version__, "torch": torch.__version__}
     return Backend(name="torchao", device=device, array_kind="torch", contracts=contracts, info=info)
