@@ -11,10 +11,12 @@ The member dims are host lists (TE's ``tensor_shapes``), so nothing here waits o
 ``split`` returns views and ``stack`` one copy; ``tp_partition`` one strided copy.  ``quantize`` runs
 the recipe's ``fast.quant`` quantizer (``fast.buffers.quantizer``: Triton kernels on CUDA, torch ops on
 CPU).  Where the members stacked as one ``[sum(M), K]`` tensor quantize to the grouped buffers as
-they are (MXFP8 members of one ``K`` whose scale matrices abut, :func:`_stackable`), that is one call
-and no copy.  FP8 current scaling on the Triton path runs two grouped kernels for all members (an
-amax per member, then the cast; :func:`_fp8_tensor_grouped`), built from ``fast.quant.fp8``'s device
-functions.  Otherwise (FP8 blockwise, NVFP4, ragged MXFP8, the torch path) every grouped buffer is
+they are (MXFP8 members of one ``K`` whose scale matrices abut), that is one call and no copy; FP8
+blockwise members of one shape with whole 128-row blocks take one call too, and one copy of each buffer
+that holds the members side by side (the transposed ones; :func:`_stacking`).  FP8 current scaling on
+the Triton path runs two grouped kernels for all members (an amax per member, then the cast;
+:func:`_fp8_tensor_grouped`), built from ``fast.quant.fp8``'s device functions.  Otherwise (NVFP4,
+ragged MXFP8 and FP8 blockwise, FP8 current scaling on the torch path) every grouped buffer is
 allocated once and each member is quantized alone, its outputs copied into its slots: one launch
 sequence per member and an extra pass over the quantized bytes.  Removing that pass needs the
 quantizers to write into given output buffers, or their kernel bodies as device functions that a
@@ -262,9 +264,16 @@ def quantize(
             raise ValueError(f"Got data.dtype={data.dtype} and x_dtype={x_dtype!r}, but they must name the same dtype")
     produced = {n: entry for n, entry in _GROUPED[recipe].items() if entry[2] in ("always", usage) or usage == "both"}
     quantize_member = quantizer(recipe, block, usage, scale_layout)
-    if _stackable(recipe, scale_layout, usage, shapes):
+    stacking = _stacking(recipe, block, scale_layout, usage, shapes, produced)
+    if stacking is not None:
         results = quantize_member(data.view(-1, shapes[0][1]))
-        return {name: results[source].reshape(-1) for name, (source, _, _) in produced.items()}
+        out = {}
+        for name, (source, _, _) in produced.items():
+            stacked = results[source]
+            if stacking[name]:  # [A, n * B] -> [n, A, B]
+                stacked = stacked.view(stacked.shape[0], num_members, -1).transpose(0, 1)
+            out[name] = stacked.reshape(-1)
+        return out
     if recipe == "fp8_tensor" and selected_path(data.device) == "triton":
         return _fp8_tensor_grouped(data, shapes, offsets, usage)
     scale_shapes = [_scale_shapes(recipe, block, m, k) for m, k in shapes]
@@ -435,25 +444,44 @@ def _scale_shapes(recipe: str, block: str, m: int, k: int) -> tuple[tuple[int, .
     return (mb, _round_up(kb, 4)), (kb, _round_up(mb, 4))
 
 
-def _stackable(recipe: str, scale_layout: str, usage: str, shapes: list[tuple[int, int]]) -> bool:
-    """Whether the members quantized as one stacked ``[sum(M), K]`` tensor give the grouped buffers as they are.
+def _stacking(
+    recipe: str, block: str, scale_layout: str, usage: str, shapes: list[tuple[int, int]], produced: _Outputs
+) -> dict[str, bool] | None:
+    """How the buffers of the members quantized as one stacked ``[sum(M), K]`` tensor give the grouped buffers,
+    or None where they do not: per grouped buffer, False if the stacked buffer is it as it is (the members'
+    matrices one below the other), True if the stacked buffer is ``[A, n * B]`` with member ``i`` in columns
+    ``i * B .. (i + 1) * B`` (one copy moves the member axis out).
 
-    MXFP8 blocks never cross a member (their dims are multiples of 32) and nothing in it is per
-    tensor; its data keeps the layout of the input and its compact scale matrices ``[round_up(M, 128),
-    round_up(K / 32, 4)]`` and ``[round_up(M / 32, 4), round_up(K, 128)]`` stack member after member
-    when every member has the same ``K`` and every member but the last a multiple of 128 rows (no
-    padding rows between members).  Swizzled rowwise scales stack too (whole 128x4 tiles, row-tile
-    major); swizzled columnwise scales do not (they are tiled as the transpose ``[K, M / 32]``).
+    MXFP8 (blocks never cross a member: its dims are multiples of 32; nothing per tensor): data keeps the
+    input's layout, and the compact scale matrices ``[round_up(M, 128), round_up(K / 32, 4)]`` and
+    ``[round_up(M / 32, 4), round_up(K, 128)]`` stack member after member when every member has the same
+    ``K`` and every member but the last a multiple of 128 rows (no padding rows between members).  Swizzled
+    rowwise scales stack too (whole 128x4 tiles, row-tile major); swizzled columnwise scales do not (they
+    are tiled as the transpose ``[K, M / 32]``).
+
+    FP8 blockwise, members all ``[M, K]`` with ``M`` a multiple of 128 (no 128-row block or tile crosses a
+    member): rowwise data and the 128-row-block scales (1d columnwise ``[ceil(M / 128), round_up(K, 4)]``,
+    2d rowwise ``[ceil(M / 128), round_up(ceil(K / 128), 4)]``) stack; the transposed ones hold the members
+    side by side: 1d rowwise scales ``[ceil(K / 128), n * M]``, the columnwise data ``[K, n * M]`` and 2d
+    columnwise scales ``[ceil(K / 128), n * M / 128]`` (only with no padding: ``M / 128`` a multiple of 4).
     """
-    if recipe != "mxfp8" or (scale_layout == "swizzled" and usage != "rowwise"):
-        return False
     k = shapes[0][1]
-    return (
-        k > 0
-        and sum(m for m, _ in shapes) > 0
-        and all(kk == k for _, kk in shapes)
-        and all(m % 128 == 0 for m, _ in shapes[:-1])
-    )
+    if recipe == "mxfp8":
+        stacks = (
+            (scale_layout == "compact" or usage == "rowwise")
+            and k > 0
+            and sum(m for m, _ in shapes) > 0
+            and all(kk == k for _, kk in shapes)
+            and all(m % 128 == 0 for m, _ in shapes[:-1])
+        )
+        return dict.fromkeys(produced, False) if stacks else None
+    m = shapes[0][0]
+    if recipe != "fp8_block" or m * k == 0 or m % 128 or any(shape != (m, k) for shape in shapes):
+        return None
+    if block == "2d" and usage != "rowwise" and (m // 128) % 4:
+        return None
+    sideways = {"1d": {"scale_inv", "columnwise_data"}, "2d": {"columnwise_data", "columnwise_scale_inv"}}[block]
+    return {name: name in sideways for name in produced}
 
 
 def _allocate(

@@ -199,29 +199,37 @@ def test_fp8_tensor_grouped_kernels_match_reference(monkeypatch: pytest.MonkeyPa
     assert_matches(quantize(tensor, **kwargs), reference.group.quantize(carrier, **kwargs), str(kwargs))
 
 
-@pytest.mark.parametrize(
-    ("first_dims", "last_dims", "calls"),
-    [
-        ([128, 0, 256, 32], [96] * 4, 1),  # one K, whole 128-row scale tiles between members: one stacked call
-        ([256, 128], [64, 64], 1),
-        ([96, 128], [64, 64], 2),  # member 0 would leave padding rows between the members' scales
-        ([128, 128], [64, 32], 2),  # two Ks
-    ],
-)
-@pytest.mark.parametrize(
-    ("usage", "scale_layout"), [("both", "compact"), ("rowwise", "swizzled"), ("both", "swizzled")]
-)
-def test_mxfp8_members_that_stack_are_quantized_in_one_call(
+STACKING = [
+    # (recipe, block, first_dims, last_dims, usage, scale_layout, stacked)
+    ("mxfp8", "1d", [128, 0, 256, 32], [96] * 4, "both", "compact", True),  # whole 128-row scale tiles between
+    ("mxfp8", "2d", [256, 128], [64, 64], "both", "compact", True),
+    ("mxfp8", "1d", [256, 128], [64, 64], "rowwise", "swizzled", True),
+    ("mxfp8", "1d", [256, 128], [64, 64], "both", "swizzled", False),  # columnwise swizzle tiles the transpose
+    ("mxfp8", "1d", [96, 128], [64, 64], "both", "compact", False),  # padding rows after member 0's scales
+    ("mxfp8", "1d", [128, 128], [64, 32], "both", "compact", False),  # two Ks
+    ("fp8_block", "1d", [128, 128, 128], [130] * 3, "both", "compact", True),  # transposed ones: one copy each
+    ("fp8_block", "1d", [256, 256], [64, 64], "rowwise", "compact", True),
+    ("fp8_block", "2d", [512, 512], [136, 136], "both", "compact", True),
+    ("fp8_block", "2d", [128, 128], [64, 64], "rowwise", "compact", True),
+    ("fp8_block", "2d", [128, 128], [64, 64], "both", "compact", False),  # columnwise scales padded per member
+    ("fp8_block", "1d", [128, 256], [64, 64], "both", "compact", False),  # two shapes
+    ("fp8_block", "1d", [64, 64], [64, 64], "both", "compact", False),  # a 128-row block would cross members
+]
+
+
+@pytest.mark.parametrize(("recipe", "block", "first_dims", "last_dims", "usage", "scale_layout", "stacked"), STACKING)
+def test_members_that_stack_are_quantized_in_one_call(
     monkeypatch: pytest.MonkeyPatch,
+    recipe: str,
+    block: str,
     first_dims: list[int],
     last_dims: list[int],
-    calls: int,
     usage: str,
     scale_layout: str,
+    stacked: bool,
 ):
-    """MXFP8 members of one K whose scale matrices abut (``fast.group._stackable``) take one quantizer call on
-    the stacked ``[sum(M), K]`` view, whose outputs are the grouped buffers as they are; the bytes are the
-    reference's either way (swizzled columnwise scales never stack: tiled as the transpose, they interleave)."""
+    """Members whose stacked ``[sum(M), K]`` quantization gives the grouped buffers (``fast.group._stacking``)
+    take one quantizer call; the bytes are the reference's either way."""
     monkeypatch.setenv(PATH_ENV, "torch")
     seen: list[tuple[int, ...]] = []
     real = fast.group.quantizer
@@ -233,10 +241,9 @@ def test_mxfp8_members_that_stack_are_quantized_in_one_call(
     monkeypatch.setattr(fast.group, "quantizer", counting)
     total = sum(m * k for m, k in zip(first_dims, last_dims, strict=True))
     tensor, carrier = special_buffer(total, "bfloat16", seed=total)
-    kwargs = {"num_members": len(first_dims), "first_dims": first_dims, "last_dims": last_dims, "recipe": "mxfp8",
-              "block": "1d", "usage": usage, "scale_layout": scale_layout, "x_dtype": "bfloat16"}  # fmt: skip
+    kwargs = {"num_members": len(first_dims), "first_dims": first_dims, "last_dims": last_dims, "recipe": recipe,
+              "block": block, "usage": usage, "scale_layout": scale_layout, "x_dtype": "bfloat16"}  # fmt: skip
     assert_matches(quantize(tensor, **kwargs), reference.group.quantize(carrier, **kwargs), str(kwargs))
-    stacked = calls == 1 and not (scale_layout == "swizzled" and usage != "rowwise")
     assert len(seen) == (1 if stacked else sum(1 for m, k in zip(first_dims, last_dims, strict=True) if m * k))
 
 

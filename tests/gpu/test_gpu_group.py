@@ -88,14 +88,23 @@ def test_ragged_members_match_reference(recipe: str, block: str, usage: str) -> 
             assert_matches(quantize(tensor, **kwargs), reference.group.quantize(carrier, **kwargs), str(kwargs))
 
 
+STACKED = [
+    ("mxfp8", "1d", "compact", [256, 0, 1024, 128, 96], [512] * 5),
+    ("mxfp8", "1d", "swizzled", [256, 0, 1024, 128, 96], [512] * 5),
+    ("fp8_block", "1d", "compact", [512] * 4, [1000] * 4),
+    ("fp8_block", "2d", "compact", [512] * 4, [1000] * 4),
+]
+"""Members that stack (``fast.group._stacking``): one quantizer launch on the stacked view."""
+
+
 @pytest.mark.parametrize("usage", ["both", "rowwise", "columnwise"])
-@pytest.mark.parametrize("scale_layout", ["compact", "swizzled"])
-def test_stacked_mxfp8_members_match_reference(usage: str, scale_layout: str) -> None:
-    """Members of one K with whole 128-row scale tiles between them: one kernel launch on the stacked view."""
-    first_dims, last_dims = [256, 0, 1024, 128, 96], [512] * 5
+@pytest.mark.parametrize(("recipe", "block", "scale_layout", "first_dims", "last_dims"), STACKED)
+def test_stacked_members_match_reference(
+    recipe: str, block: str, scale_layout: str, first_dims: list[int], last_dims: list[int], usage: str
+) -> None:
     tensor, carrier = special_buffer(sum(m * k for m, k in zip(first_dims, last_dims, strict=True)), "bfloat16", 3)
-    kwargs = {"num_members": 5, "first_dims": first_dims, "last_dims": last_dims, "recipe": "mxfp8", "block": "1d",
-              "scale_layout": scale_layout, "usage": usage, "x_dtype": "bfloat16"}  # fmt: skip
+    kwargs = {"num_members": len(first_dims), "first_dims": first_dims, "last_dims": last_dims, "recipe": recipe,
+              "block": block, "scale_layout": scale_layout, "usage": usage, "x_dtype": "bfloat16"}  # fmt: skip
     assert_matches(quantize(tensor, **kwargs), reference.group.quantize(carrier, **kwargs), str(kwargs))
 
 
