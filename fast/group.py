@@ -245,7 +245,7 @@ def quantize(
     Raises as ``reference.group.quantize``: ``TypeError`` unless ``data`` is a float32, bfloat16 or
     float16 tensor; ``ValueError`` as :func:`layout` (``recipe="none"`` refused), for an unknown
     ``scale_layout``, ``usage`` or ``x_dtype``, swizzled scales outside MXFP8, and an ``x_dtype`` that
-    contradicts ``data``.
+    contradicts ``data``; and (fast only) for a non-contiguous ``data``.
     """
     shapes = _member_shapes(num_members, first_dims, last_dims)
     _check_recipe(recipe, block, RECIPES[1:], shapes)
@@ -258,6 +258,8 @@ def quantize(
         got = f"data.dtype={data.dtype}" if isinstance(data, torch.Tensor) else f"data of type {type(data).__name__}"
         raise TypeError(f"Got {got}, but data must be a float32, bfloat16 or float16 torch.Tensor")
     _check_buffer(data, offsets[-1])
+    if not data.is_contiguous():
+        raise ValueError(f"Got data with stride {data.stride()}, but quantize reads one contiguous buffer")
     if x_dtype is not None:
         _check_choice("x_dtype", x_dtype, tuple(X_DTYPES))
         if X_DTYPES[x_dtype] != data.dtype:

@@ -275,6 +275,8 @@ def test_quantize_writes_each_member_in_place_of_one_allocation(monkeypatch: pyt
 def test_quantize_rejects_bad_arguments(kwargs: dict[str, Any], error: type, match: str):
     with pytest.raises(error, match=match):
         quantize(torch.zeros(4), num_members=2, first_dims=[1, 1], last_dims=[2, 2], **kwargs)
+    with pytest.raises(ValueError, match=r"stride \(2,\).*contiguous"):
+        quantize(torch.zeros(8)[::2], num_members=1, first_dims=[2], last_dims=[2], recipe="fp8_tensor", block="none")
     with pytest.raises(TypeError, match=r"data.dtype=torch.int32"):
         quantize(torch.zeros(4, dtype=torch.int32), num_members=1, first_dims=[2], last_dims=[2], recipe="fp8_tensor",
                  block="none")  # fmt: skip
