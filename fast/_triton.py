@@ -26,14 +26,21 @@ Device functions
 - :func:`fp8_code`: the saturating round-to-nearest-even FP8 (E4M3FN, E5M2) code of float32 values:
   the hardware conversion ``cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32`` (two elements per instruction on
   sm_89+) when compiled, :func:`round_to_code` when interpreted.
+
+Launches
+--------
+Triton's ``JITFunction`` binds every argument and looks up its cache on each call, host time comparable
+to a memory-bound kernel's on an H100.  :class:`LaunchCache` keeps the ``CompiledKernel`` a first call
+returned, bound to its grid, so that later calls with the same key launch it directly.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 try:  # Triton is optional: ``fast`` imports without it and takes its torch paths.
@@ -45,6 +52,7 @@ except ImportError:
 
 __all__ = [
     "PATH_ENV",
+    "LaunchCache",
     "device",
     "device_modes",
     "e8m0_byte",
@@ -122,6 +130,35 @@ def _jit(fn: Callable[..., Any], interpret_env: str | None) -> Any:
     bound.__module__, bound.__qualname__, bound.__doc__ = fn.__module__, fn.__qualname__, fn.__doc__
     bound.__annotations__ = dict(fn.__annotations__)
     return triton.jit(bound)
+
+
+class LaunchCache:
+    """Compiled launches of one kernel by key (module docstring, "Launches").
+
+    The key must hold everything the compiled kernel depends on besides the runtime argument values: shapes
+    and constexprs, dtypes, the device and each pointer's 16-byte alignment (Triton specializes on it).
+    ``kernel`` is the plain function (its signature gives the constexpr names after ``runtime_args``).
+    """
+
+    def __init__(self, kernel: Callable[..., Any], runtime_args: int, max_entries: int = 1024) -> None:
+        self._constexprs = list(inspect.signature(kernel).parameters)[runtime_args:]
+        self._max_entries = max_entries
+        self._launches: dict[Hashable, tuple[Any, tuple[Any, ...]]] = {}
+
+    def launch(self, key: Hashable, args: Sequence[Any]) -> bool:
+        """Launch the kernel cached under ``key`` with the runtime ``args``; ``False`` when none is cached."""
+        cached = self._launches.get(key)
+        if cached is None:
+            return False
+        runner, constants = cached
+        runner(*args, *constants)
+        return True
+
+    def store(self, key: Hashable, compiled: Any, grid: int, meta: Mapping[str, Any]) -> None:
+        """Keep ``compiled`` (what the first launch returned) on a 1-D ``grid`` with the constexprs in ``meta``."""
+        if len(self._launches) >= self._max_entries:
+            self._launches.clear()
+        self._launches[key] = (compiled[(grid, 1, 1)], tuple(meta[name] for name in self._constexprs))
 
 
 @device

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import torch
 
-from fast._triton import jit, selected_path, tl, triton
+from fast._triton import LaunchCache, jit, selected_path, tl, triton
 
 __all__ = ["FP4_FORMATS", "FP6_FORMATS", "FP8_FORMATS", "e8m0", "fp4", "fp6", "fp8"]
 
@@ -182,21 +182,23 @@ def _decode(codes: torch.Tensor, format: str, width: int = 8) -> torch.Tensor:
     flat = codes.contiguous().view(-1)
     flag = torch.zeros(1, dtype=torch.int32, device=codes.device)
     fmt = _FORMATS.get(format, _Format(8, 0, 127, "e8m0"))
-    jit(_decode_kernel)[(triton.cdiv(flat.numel(), _BLOCK),)](
-        flat,
-        values.view(-1),
-        flag,
-        flat.numel(),
-        WIDTH=width,
-        EXPONENT_BITS=fmt.exponent_bits,
-        MANTISSA_BITS=fmt.mantissa_bits,
-        BIAS=fmt.bias,
-        SIGN_SHIFT=fmt.exponent_bits + fmt.mantissa_bits,
-        SUBNORMAL_UNIT=2.0 ** (1 - fmt.bias - fmt.mantissa_bits),
-        SPECIALS=_SPECIALS[fmt.specials],
-        BLOCK=_BLOCK,
-        num_warps=8,
-    )
+    args = (flat, values.view(-1), flag, flat.numel())
+    key = (format, width, flat.numel(), codes.device, flat.data_ptr() % 16)
+    if codes.device.type != "cuda" or not _LAUNCHES.launch(key, args):
+        meta = {
+            "WIDTH": width,
+            "EXPONENT_BITS": fmt.exponent_bits,
+            "MANTISSA_BITS": fmt.mantissa_bits,
+            "BIAS": fmt.bias,
+            "SIGN_SHIFT": fmt.exponent_bits + fmt.mantissa_bits,
+            "SUBNORMAL_UNIT": 2.0 ** (1 - fmt.bias - fmt.mantissa_bits),
+            "SPECIALS": _SPECIALS[fmt.specials],
+            "BLOCK": _BLOCK,
+        }
+        grid = triton.cdiv(flat.numel(), _BLOCK)
+        compiled = jit(_decode_kernel)[(grid,)](*args, **meta, num_warps=8)
+        if codes.device.type == "cuda":
+            _LAUNCHES.store(key, compiled, grid, meta)
     if width < 8 and int(flag.item()) != 0:
         _check_width(codes, width)
     return values
@@ -240,6 +242,10 @@ def _decode_kernel(
             bits = tl.where(code == 1 << SIGN_SHIFT, 0x7FC00000, bits)
         bits = bits | ((code >> SIGN_SHIFT) << 31)
     tl.store(values_ptr + offsets, bits.to(tl.float32, bitcast=True), mask=mask)
+
+
+_LAUNCHES = LaunchCache(_decode_kernel, runtime_args=4)
+"""Compiled launches by format, width, size, device and alignment (``fast._triton.LaunchCache``)."""
 
 
 def _check_codes(codes: object) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from fast._triton import jit, selected_path, tl, triton
+from fast._triton import LaunchCache, jit, selected_path, tl, triton
 
 __all__ = ["NIBBLE_ORDERS", "nibbles"]
 
@@ -76,9 +76,14 @@ def _pack_triton(codes: torch.Tensor, order: str) -> torch.Tensor:
     packed = torch.empty((*codes.shape[:-1], codes.shape[-1] // 2), dtype=torch.uint8, device=codes.device)
     flag = torch.zeros(1, dtype=torch.int32, device=codes.device)
     words = codes.view(-1).view(torch.int16)
-    jit(_pack_kernel)[(triton.cdiv(words.numel(), _BLOCK),)](
-        words, packed.view(-1), flag, words.numel(), LOW_FIRST=order == "low_first", BLOCK=_BLOCK, num_warps=4
-    )
+    args = (words, packed.view(-1), flag, words.numel())
+    key = (order, words.numel(), codes.device, words.data_ptr() % 16)
+    if codes.device.type != "cuda" or not _LAUNCHES.launch(key, args):
+        meta = {"LOW_FIRST": order == "low_first", "BLOCK": _BLOCK}
+        grid = triton.cdiv(words.numel(), _BLOCK)
+        compiled = jit(_pack_kernel)[(grid,)](*args, **meta, num_warps=4)
+        if codes.device.type == "cuda":
+            _LAUNCHES.store(key, compiled, grid, meta)
     if int(flag.item()) != 0:
         _check_codes_below_16(codes)
     return packed
@@ -92,3 +97,7 @@ def _pack_kernel(words_ptr, packed_ptr, flag_ptr, n_words, LOW_FIRST: tl.constex
     first, second = word & 0xF, (word >> 8) & 0xF
     byte = first | (second << 4) if LOW_FIRST else (first << 4) | second
     tl.store(packed_ptr + offsets, byte.to(tl.uint8), mask=mask)
+
+
+_LAUNCHES = LaunchCache(_pack_kernel, runtime_args=4)
+"""Compiled launches by order, size, device and alignment (``fast._triton.LaunchCache``)."""

@@ -41,13 +41,12 @@ and queries no device at import time.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import numpy as np
 import torch
 
-from fast._triton import device, device_modes, float32_bits, jit, selected_path, tl, triton
+from fast._triton import LaunchCache, device, device_modes, float32_bits, jit, selected_path, tl, triton
 from fast.quant.fp8 import (
     DTYPE_MAX,
     FORMAT_META,
@@ -218,14 +217,10 @@ def scale_shapes(block: str, m: int, k: int) -> tuple[tuple[int, int], tuple[int
     return (mb, _round4(kb)), (kb, _round4(mb))
 
 
-_LAUNCHES: dict[tuple[Any, ...], tuple[Any, tuple[Any, ...]]] = {}
-"""Compiled launches (``CompiledKernel[grid]`` and the constexpr values it takes after the runtime arguments) by
-shape, recipe, dtype, device, input alignment and tile: the first call of each goes through Triton's
-``JITFunction``, whose per-call argument binding and cache lookup cost host time comparable to the kernel's;
-later calls launch the compiled kernel directly (as ``fast.quant.mx`` does)."""
-_LAUNCHES_MAX = 1024
 _RUNTIME_ARGS = 11
 """The kernel's leading runtime arguments (pointers, sizes, epsilon and value_for_inf); the rest are constexpr."""
+_LAUNCHES = LaunchCache(_fp8_block_kernel, _RUNTIME_ARGS)
+"""Compiled launches by shape, recipe, dtype, device, input alignment and tile (``fast._triton.LaunchCache``)."""
 
 
 def _triton(x2: torch.Tensor, out: dict[str, torch.Tensor], block: str, usage: str, rule: dict[str, Any]) -> None:
@@ -262,9 +257,7 @@ def _triton(x2: torch.Tensor, out: dict[str, torch.Tensor], block: str, usage: s
         x2.data_ptr() % 16,
         tile,
     )
-    cached = _LAUNCHES.get(key) if x2.device.type == "cuda" else None
-    if cached is not None:
-        cached[0](*args, *cached[1])
+    if x2.device.type == "cuda" and _LAUNCHES.launch(key, args):
         return
     meta = {
         "POW2": rule["power_2_scale"],
@@ -282,10 +275,7 @@ def _triton(x2: torch.Tensor, out: dict[str, torch.Tensor], block: str, usage: s
     with quiet_interpreter(x2.device):
         compiled = jit(_fp8_block_kernel)[(grid,)](*args, **meta, num_warps=num_warps)
     if x2.device.type == "cuda":
-        if len(_LAUNCHES) >= _LAUNCHES_MAX:
-            _LAUNCHES.clear()
-        names = list(inspect.signature(_fp8_block_kernel).parameters)[_RUNTIME_ARGS:]
-        _LAUNCHES[key] = (compiled[(grid, 1, 1)], tuple(meta[name] for name in names))
+        _LAUNCHES.store(key, compiled, grid, meta)
 
 
 def _torch(x2: torch.Tensor, out: dict[str, torch.Tensor], block: str, usage: str, rule: dict[str, Any]) -> None:

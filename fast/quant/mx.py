@@ -73,7 +73,6 @@ integer ops.  This module imports without Triton and queries no device at import
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 from typing import Any, NamedTuple
 
@@ -82,7 +81,7 @@ import torch
 import fast.cast
 import fast.layout
 import fast.pack
-from fast._triton import device, device_modes, fp8_code, jit, tl, triton
+from fast._triton import LaunchCache, device, device_modes, fp8_code, jit, tl, triton
 from fast.layout import swizzled_offset
 
 __all__ = [
@@ -615,21 +614,10 @@ def _tuned_kernel(interpret: str | None, rows_of_32: bool) -> Any:
 # %% Launcher
 
 
-class _Launch(NamedTuple):
-    """A compiled kernel bound to its grid (``CompiledKernel[grid]``) and the kernel's constexpr arguments, which
-    its launcher takes, in signature order, after the runtime ones."""
-
-    runner: Any
-    constants: tuple[Any, ...]
-
-
-_LAUNCHES: dict[tuple[Any, ...], _Launch] = {}
-"""Compiled launches by plan, input dtype, device, input alignment and tile override: the first call of each goes
-through Triton's ``JITFunction`` (and autotuner), whose per-call argument binding and cache lookup cost about as
-much host time as the kernel takes on an H100; later calls launch the compiled kernel directly."""
-_LAUNCHES_MAX = 1024
 _RUNTIME_ARGS = 10
 """The kernel's leading runtime arguments (pointers and sizes); the rest of its signature is constexpr."""
+_LAUNCHES = LaunchCache(_mx_kernel, _RUNTIME_ARGS)
+"""Compiled launches by plan, input dtype, device, input alignment and tile override (module docstring, "Launch")."""
 
 
 def _launch(x: torch.Tensor, plan: _Plan, outputs: dict[str, torch.Tensor]) -> None:
@@ -648,9 +636,7 @@ def _launch(x: torch.Tensor, plan: _Plan, outputs: dict[str, torch.Tensor]) -> N
     args = (x, row_data, row_scale, col_data, col_scale, plan.rows, plan.cols, data_stride, row_scale_stride,
             col_scale_stride)  # fmt: skip
     key = (plan, x.dtype, x.device, x.data_ptr() % 16, fixed)  # Triton specializes on 16-byte alignment
-    cached = _LAUNCHES.get(key) if interpret != "1" else None
-    if cached is not None:
-        cached.runner(*args, *cached.constants)
+    if interpret != "1" and _LAUNCHES.launch(key, args):
         return
     if x.device.type != "cuda" and interpret != "1":
         raise RuntimeError(
@@ -688,11 +674,7 @@ def _launch(x: torch.Tensor, plan: _Plan, outputs: dict[str, torch.Tensor]) -> N
         best = tuned.best_config.kwargs
         meta.update(BLOCK_M=best["BLOCK_M"], BLOCK_K=best["BLOCK_K"])
         meta.update(EVEN=plan.rows % meta["BLOCK_M"] == 0 and plan.cols % meta["BLOCK_K"] == 0)
-    if len(_LAUNCHES) >= _LAUNCHES_MAX:
-        _LAUNCHES.clear()
-    names = list(inspect.signature(_mx_kernel).parameters)[_RUNTIME_ARGS:]
-    grid = (_grid(plan, meta["BLOCK_M"], meta["BLOCK_K"]), 1, 1)
-    _LAUNCHES[key] = _Launch(compiled[grid], tuple(meta[name] for name in names))
+    _LAUNCHES.store(key, compiled, _grid(plan, meta["BLOCK_M"], meta["BLOCK_K"]), meta)
 
 
 def _grid(plan: _Plan, block_m: int, block_k: int) -> int:

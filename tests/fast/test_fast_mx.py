@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import reference.cast
-from fast._triton import fp8_code, jit, tl
+from fast._triton import LaunchCache, fp8_code, jit, tl
 from fast.dequant.mx import mx as fast_dequant
 from fast.layout import scale_swizzle, scale_unswizzle
 from fast.quant.mx import BLOCKS, EDGES, MX_FORMATS, SCALE_LAYOUTS, SCALE_RULES, USAGES, mx, mx_code
@@ -387,7 +387,9 @@ def test_cached_launch_repeats_the_first(monkeypatch: pytest.MonkeyPatch, tile: 
         best_config = types.SimpleNamespace(kwargs=best)
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.setattr(fast_mx_module, "_LAUNCHES", {})
+    monkeypatch.setattr(
+        fast_mx_module, "_LAUNCHES", LaunchCache(fast_mx_module._mx_kernel, fast_mx_module._RUNTIME_ARGS)
+    )
     monkeypatch.setattr(fast_mx_module, "_has_fp8_conversion", lambda device: True)
     monkeypatch.setattr(fast_mx_module, "jit", lambda fn: FakeKernel())
     monkeypatch.setattr(fast_mx_module, "_tuned_kernel", lambda interpret, rows_of_32: FakeKernel())
