@@ -593,6 +593,9 @@ def _autotune_configs(rows_of_32: bool) -> list[_Tile]:
     return [_Tile(32, 256, 8), _Tile(16, 256, 4), _Tile(32, 128, 4), _Tile(64, 256, 8), _Tile(8, 512, 4)]
 
 
+_AUTOTUNE_MIN_ELEMENTS = 1 << 22
+"""Inputs smaller than this take the first tile of :func:`_autotune_configs` without autotuning: tuning compiles
+every tile for each new shape (seconds), which dominates conformance runs over many small shapes."""
 _TILE_ENV = "QCONFORM_MX_TILE"
 """Optional ``BLOCK_MxBLOCK_KxWARPS`` (e.g. ``32x256x8``) fixing the tile instead of autotuning it (benchmarks)."""
 
@@ -651,7 +654,7 @@ def _launch(x: torch.Tensor, plan: _Plan, outputs: dict[str, torch.Tensor]) -> N
         )
     meta = _constants(plan, x.dtype)
     rows_of_32 = plan.columnwise or plan.two_d
-    if interpret == "1" or fixed:
+    if interpret == "1" or fixed or plan.rows * plan.cols < _AUTOTUNE_MIN_ELEMENTS:
         tile = _Tile(*(int(part) for part in fixed.split("x"))) if fixed else _autotune_configs(rows_of_32)[0]
         if (rows_of_32 and tile.block_m != 32) or tile.block_k % 32 or tile.block_k & (tile.block_k - 1):
             raise ValueError(

@@ -367,10 +367,11 @@ class _FakeCompiled:
         return lambda *args: self.launches.append(("cached", grid, args))
 
 
-@pytest.mark.parametrize("tile", ["32x256x8", None])
-def test_cached_launch_repeats_the_first(monkeypatch: pytest.MonkeyPatch, tile: str | None) -> None:
-    """A plan's second call launches the compiled kernel of its first (fixed tile, or the autotuner's choice)
-    directly, with the same arguments: the runtime ones, then every constexpr in the kernel's signature order."""
+@pytest.mark.parametrize("tile", ["32x256x8", "small input", "tuned"])
+def test_cached_launch_repeats_the_first(monkeypatch: pytest.MonkeyPatch, tile: str) -> None:
+    """A plan's second call launches the compiled kernel of its first (a fixed tile, the first tile for an input
+    below the autotuning size, or the autotuner's choice) directly, with the same arguments: the runtime ones,
+    then every constexpr in the kernel's signature order."""
     pytest.importorskip("triton")
     launches: list[tuple[Any, ...]] = []
     best = {"BLOCK_M": 16, "BLOCK_K": 256}
@@ -393,10 +394,12 @@ def test_cached_launch_repeats_the_first(monkeypatch: pytest.MonkeyPatch, tile: 
     monkeypatch.setattr(fast_mx_module, "_has_fp8_conversion", lambda device: True)
     monkeypatch.setattr(fast_mx_module, "jit", lambda fn: FakeKernel())
     monkeypatch.setattr(fast_mx_module, "_tuned_kernel", lambda interpret, rows_of_32: FakeKernel())
-    if tile:
+    if tile == "32x256x8":
         monkeypatch.setenv("QCONFORM_MX_TILE", tile)
     else:
         monkeypatch.delenv("QCONFORM_MX_TILE", raising=False)
+    if tile == "tuned":
+        monkeypatch.setattr(fast_mx_module, "_AUTOTUNE_MIN_ELEMENTS", 0)
     plan = fast_mx_module._plan(torch.zeros(64, 512), "float8_e4m3fn", "rceil", "rowwise", "1d", "compact", "te")
     outputs = fast_mx_module._allocate(torch.zeros(64, 512), plan)
     x = types.SimpleNamespace(  # what _launch reads of x
@@ -407,7 +410,7 @@ def test_cached_launch_repeats_the_first(monkeypatch: pytest.MonkeyPatch, tile: 
     (_, size, first_args, meta), (kind, grid, args) = launches
     names = list(inspect.signature(fast_mx_module._mx_kernel).parameters)
     bound = dict(zip(names, args, strict=True))
-    tile_meta = {"BLOCK_M": 32, "BLOCK_K": 256, "EVEN": True} if tile else {**best, "EVEN": True}
+    tile_meta = {"BLOCK_M": 32, "BLOCK_K": 256, "EVEN": True} if tile != "tuned" else {**best, "EVEN": True}
     assert kind == "cached"
     assert grid == (size, 1, 1) == ((64 // tile_meta["BLOCK_M"]) * (512 // 256), 1, 1)
     assert args[: len(first_args)] == first_args
