@@ -96,7 +96,7 @@ def gpu(session: nox.Session) -> None:
     args = _conformance_args(session)
     _print_environment(session)
     _run_conformance(session, args)
-    session.run("python", "-m", "pytest", "-m", "gpu", "tests/gpu", "-q", "--junitxml", f"{REPORTS}/gpu-junit.xml")
+    session.run("python", "-m", "pytest", "-m", "gpu", "tests", "-q", "--junitxml", f"{REPORTS}/gpu-junit.xml")
     bench(session)
 
 

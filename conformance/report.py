@@ -554,8 +554,13 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         marks = " | ".join(
             f"{_ICON[cells[c]['status']]} ({cells[c]['cases']})" if c in cells else "—" for c in range(len(cols))
         )
-        notes = [r["message"].splitlines()[0] for r in cells.values() if r["message"] and r["status"] != "pass"]
-        note = notes[0].replace("|", "/") if notes else ""
+        # A failure's message first: a not-implemented reason of another column must not stand for it.
+        notes = sorted(
+            (r["status"] == "not-implemented", r["message"].splitlines()[0])
+            for r in cells.values()
+            if r["message"] and r["status"] != "pass"
+        )
+        note = notes[0][1].replace("|", "/") if notes else ""
         lines.append(f"| `{contract}` | {row_params(any_result)} | {marks} | {note} |")
     failing = [r for r in report["results"] if r["status"] in BAD_STATUSES]
     if failing:

@@ -575,7 +575,7 @@ def _autotune_configs(rows_of_32: bool) -> list[_Tile]:
     """Tiles tried on CUDA (the first is also the interpreter's): ``rows_of_32`` when columnwise or 2d blocks
     fix ``BLOCK_M = 32``; rowwise-only tiles may take more or fewer rows.  ``BLOCK_K`` is a power of two >= 32.
 
-    Beside the general tiles, the fastest of H100/H200 sweeps of the kernel-bound cases (``scripts/diag_mx.py``):
+    Beside the general tiles, the fastest of H100/H200 sweeps of the kernel-bound cases (``docs/performance.md``):
     one warp on 32x64 or 32x128 for columnwise and both (a columnwise block then lies within one warp: its maximum
     takes register and shuffle operations, no shared memory round trip and barrier across warps; 92-94% of copy
     bandwidth for MXFP8 columnwise on an H200 against 66% with 32x256 on 8 warps), 32x256 for 2d, 8x512x4 for

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU tests and benchmarks of fast/ on a CUDA machine, in one call; run from anywhere.
-#   1. tests/gpu (-m gpu): the Triton cast against reference/ bit for bit, decode and glu on CUDA
+#   1. every test marked gpu (tests/gpu and the GPU cases of tests/fast): kernels against reference/ on CUDA
 #   2. tests/bench (-m bench): CPU paths, the Triton kernel and its peers, beside copy bandwidth
 #   3. a short summary table (GB/s, fraction of copy bandwidth, peers), printed last
 # Writes into ${OUT:-/tmp/out}: gpu-junit.xml, bench.json, gpu-pass.log (both pytest logs and the summary).
@@ -19,8 +19,8 @@ python3 -c "import torch, triton, numpy; gpu = torch.cuda.get_device_name() if t
 print('gpu', gpu, '| torch', torch.__version__, '| triton', triton.__version__, '| numpy', numpy.__version__)" 2>&1 | tee -a "$LOG"
 
 status=0
-echo "== tests/gpu" | tee -a "$LOG"
-python3 -m pytest tests/gpu -m gpu -q -rfEs -p no:cacheprovider --junitxml "$OUT/gpu-junit.xml" 2>&1 | tee -a "$LOG"
+echo "== tests -m gpu" | tee -a "$LOG"
+python3 -m pytest tests -m gpu -q -rfEs -p no:cacheprovider --junitxml "$OUT/gpu-junit.xml" 2>&1 | tee -a "$LOG"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 echo "== tests/bench" | tee -a "$LOG"
