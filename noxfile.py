@@ -22,6 +22,8 @@ nox.options.sessions = ["tests", "lint"]
 nox.options.reuse_existing_virtualenvs = True
 
 TORCH = os.environ.get("QCONFORM_TORCH", "torch==2.13.0+cpu")
+TORCHAO = os.environ.get("QCONFORM_TORCHAO", "torchao==0.18.0")
+"""The torchao release the tests session installs (one that runs on the CPU build of ``TORCH``)."""
 REPORTS = "reports"
 
 
@@ -39,6 +41,7 @@ def _print_environment(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Unit, property, meta and conformance tests on CPU (Triton kernels in the interpreter)."""
     _install(session, "test", "cuda")
+    session.install(TORCHAO)  # the optional torchao backend's adapter is checked against this release
     _print_environment(session)
     session.run(
         "pytest",
