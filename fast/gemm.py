@@ -74,7 +74,8 @@ import torch
 from fast._triton import jit, selected_path, tl, triton
 from fast.quant.fp8 import check_choice
 
-__all__ = ["FORMS", "OUT_DTYPES", "SCALED_FORMATS", "SCALINGS", "bench", "grouped", "grouped_mm", "scaled", "scaled_mm"]
+__all__ = ["FORMS", "OUT_DTYPES", "SCALED_FORMATS", "SCALINGS", "bench", "empty_grouped_mm", "empty_scaled", "grouped",
+           "grouped_mm", "scaled", "scaled_mm"]  # fmt: skip
 
 FORMS: tuple[str, ...] = ("2d_3d", "2d_2d", "3d_2d")
 """Which operand is split into groups (module docstring)."""
@@ -419,7 +420,29 @@ def _run_grouped(
     return out
 
 
+def _check_grouped_mm(a: object, b: object, offs: object, form: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`grouped_mm`'s checks that read no data (``offs``' values are checked by the caller)."""
+    a, b = _check_operands(a, b, form)
+    offs = _check_tensor("offs", offs, torch.int32)
+    if offs.dim() != 1 or offs.device != a.device:
+        raise ValueError(f"Got offs of shape {tuple(offs.shape)} on {offs.device}, but offs must be 1-D on {a.device}")
+    _check_sizes(a, b, form, offs.numel(), None, "offs[-1]")
+    return a, b, offs
+
+
 # %% Public functions
+
+
+def empty_grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, *, form: str) -> torch.Tensor:
+    """An uninitialized tensor of :func:`grouped_mm`'s output (shape, dtype, strides, device), reading no data.
+
+    The output's shape depends on the operands' shapes, ``len(offs)`` and ``form`` alone, never on the
+    offsets' values (group sizes are data): bfloat16 contiguous ``[S, N]``, ``[G, M, N]`` or ``[M, S]``.
+    Raises as :func:`grouped_mm` does for everything but the offsets' values.  ``fast.ops``' fake
+    implementation returns it.
+    """
+    a, b, offs = _check_grouped_mm(a, b, offs, form)
+    return _output(a, b, form, offs.numel())
 
 
 def grouped_mm(
@@ -438,11 +461,7 @@ def grouped_mm(
     not 1-D on ``a``'s device, or (checked) offsets that decrease or miss the total; ``TypeError``
     unless ``a`` and ``b`` are bfloat16 and ``offs`` int32.
     """
-    a, b = _check_operands(a, b, form)
-    offs = _check_tensor("offs", offs, torch.int32)
-    if offs.dim() != 1 or offs.device != a.device:
-        raise ValueError(f"Got offs of shape {tuple(offs.shape)} on {offs.device}, but offs must be 1-D on {a.device}")
-    _check_sizes(a, b, form, offs.numel(), None, "offs[-1]")
+    a, b, offs = _check_grouped_mm(a, b, offs, form)
     ends = None
     if check_offsets:
         ends = offs.tolist()
@@ -584,6 +603,49 @@ def scaled_mm(
     )
 
 
+def _check_scaled(a: object, b: object, scale_a: object, scale_b: object, choices: tuple[str, ...]) -> None:
+    """:func:`scaled`'s checks that read no data (``choices``: the scalings, formats and ``out_dtype``)."""
+    names = ("scaling_a", "scaling_b", "format_a", "format_b", "out_dtype")
+    allowed_values = (SCALINGS, SCALINGS, SCALED_FORMATS, SCALED_FORMATS, OUT_DTYPES)
+    for name, value, allowed in zip(names, choices, allowed_values, strict=True):
+        check_choice(name, value, allowed)
+    a = _check_tensor("a", a, torch.float32)
+    b = _check_tensor("b", b, torch.float32)
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1]:
+        raise ValueError(
+            f"Got a.shape={tuple(a.shape)} and b.shape={tuple(b.shape)}, but they must be [M, K] and [N, K]"
+        )
+    for name, given, values, scaling in (("a", scale_a, a, choices[0]), ("b", scale_b, b, choices[1])):
+        scale = _check_tensor(f"scale_{name}", given, torch.float32)
+        expected = _scale_shape(scaling, values.shape[0], values.shape[1])
+        if tuple(scale.shape) != expected:
+            raise ValueError(
+                f"Got scale_{name}.shape={tuple(scale.shape)}, but scaling_{name}={scaling!r} needs "
+                f"{list(expected)} for {name}.shape={tuple(values.shape)}"
+            )
+
+
+def empty_scaled(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    *,
+    scaling_a: str,
+    scaling_b: str,
+    format_a: str = "float8_e4m3fn",
+    format_b: str = "float8_e4m3fn",
+    out_dtype: str = "bfloat16",
+) -> torch.Tensor:
+    """An uninitialized tensor of :func:`scaled`'s ``out`` (float32 contiguous ``[M, N]`` on ``a``'s device).
+
+    Reads no data: raises as :func:`scaled` does for everything but operand values outside their format.
+    ``fast.ops``' fake implementation returns it.
+    """
+    _check_scaled(a, b, scale_a, scale_b, (scaling_a, scaling_b, format_a, format_b, out_dtype))
+    return torch.empty((a.shape[0], b.shape[0]), dtype=torch.float32, device=a.device)
+
+
 def scaled(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -609,25 +671,8 @@ def scaled(
     with one ``K``, operand values outside their format (naming the first), or scales of another shape;
     ``TypeError`` unless the operands and scales are float32 tensors.
     """
-    for name, value, allowed in (("scaling_a", scaling_a, SCALINGS), ("scaling_b", scaling_b, SCALINGS),
-                                 ("format_a", format_a, SCALED_FORMATS), ("format_b", format_b, SCALED_FORMATS),
-                                 ("out_dtype", out_dtype, OUT_DTYPES)):  # fmt: skip
-        check_choice(name, value, allowed)
-    a = _check_tensor("a", a, torch.float32)
-    b = _check_tensor("b", b, torch.float32)
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1]:
-        raise ValueError(
-            f"Got a.shape={tuple(a.shape)} and b.shape={tuple(b.shape)}, but they must be [M, K] and [N, K]"
-        )
+    _check_scaled(a, b, scale_a, scale_b, (scaling_a, scaling_b, format_a, format_b, out_dtype))
     a8, b8 = _to_fp8("a", a, format_a), _to_fp8("b", b, format_b)
-    for name, scale, values, scaling in (("a", scale_a, a, scaling_a), ("b", scale_b, b, scaling_b)):
-        _check_tensor(f"scale_{name}", scale, torch.float32)
-        expected = _scale_shape(scaling, values.shape[0], values.shape[1])
-        if tuple(scale.shape) != expected:
-            raise ValueError(
-                f"Got scale_{name}.shape={tuple(scale.shape)}, but scaling_{name}={scaling!r} needs "
-                f"{list(expected)} for {name}.shape={tuple(values.shape)}"
-            )
     dtype = torch.bfloat16 if out_dtype == "bfloat16" else torch.float32
     out = scaled_mm(a8, b8, scale_a, scale_b, scaling_a=scaling_a, scaling_b=scaling_b, out_dtype=dtype)
     if out is not None:

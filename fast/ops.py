@@ -1,4 +1,4 @@
-"""The fast quantizers as torch custom ops with fake implementations (contract ``compile.fake_matches_real``).
+"""The fast quantizers and GEMMs as torch custom ops with fake implementations (contract ``compile.fake_matches_real``).
 
 ``torch.ops.qconform.quantize(x, recipe, block, usage, scale_layout)`` runs ``fast.buffers.quantize``
 (the recipe's ``fast.quant`` quantizer with TransformerEngine's defaults: Triton kernels on CUDA, torch
@@ -8,18 +8,27 @@ names, shapes and dtypes, contiguous, on ``x``'s device -- so ``torch.compile`` 
 without data (symbolic shapes included) and without a graph break, and ``torch.library.opcheck`` can
 compare fake and real outputs.  :func:`quantize` calls the op and names its outputs.
 
+``torch.ops.qconform.grouped_mm(a, b, offs, form, check_offsets)`` runs ``fast.gemm.grouped_mm`` (contract
+``group.gemm`` with torch's cumulative int32 end offsets) and ``torch.ops.qconform.scaled_mm(a, b, scale_a,
+scale_b, scaling_a, scaling_b, format_a, format_b, out_dtype)`` runs ``fast.gemm.scaled`` (contract
+``gemm.scaled``: ``torch._scaled_mm`` where it has a kernel, else dequantize-then-matmul) and returns its
+``out``.  Their fakes are ``fast.gemm.empty_grouped_mm`` and ``fast.gemm.empty_scaled``: the checks that
+read no data (so bad arguments raise ``fast.gemm``'s errors while tracing too) and an empty output.  The
+group sizes are data: a grouped product's output shape depends on the operands' shapes, ``len(offs)`` and
+the form alone, so its fake never reads ``offs`` and one compiled graph serves every group split.
+
 Source: PyTorch ``torch.library.custom_op`` / ``register_fake`` (the custom-ops manual: a fake impl
 returns empty tensors of the real outputs' metadata and must not read data);
-``shared/notes/torch_contracts.md`` §6; ``fast/buffers.py``.
+``shared/notes/torch_contracts.md`` §6; ``fast/buffers.py``; ``fast/gemm.py``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from fast import buffers
+from fast import buffers, gemm
 
-__all__ = ["quantize", "quantize_op"]
+__all__ = ["grouped_mm_op", "quantize", "quantize_op", "scaled_mm_op"]
 
 
 @torch.library.custom_op("qconform::quantize", mutates_args=())
@@ -57,3 +66,51 @@ def quantize(
     """
     names = buffers.layout(tuple(x.shape), recipe=recipe, block=block, usage=usage)
     return dict(zip(names, quantize_op(x, recipe, block, usage, scale_layout), strict=True))
+
+
+@torch.library.custom_op("qconform::grouped_mm", mutates_args=())
+def grouped_mm_op(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, form: str, check_offsets: bool) -> torch.Tensor:
+    """``fast.gemm.grouped_mm(a, b, offs, form=form, check_offsets=check_offsets)``: a fresh bfloat16 tensor."""
+    return gemm.grouped_mm(a, b, offs, form=form, check_offsets=check_offsets)
+
+
+@grouped_mm_op.register_fake
+def _grouped_mm_fake(
+    a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, form: str, check_offsets: bool
+) -> torch.Tensor:
+    """``fast.gemm.empty_grouped_mm``: reads neither the operands nor the offsets."""
+    return gemm.empty_grouped_mm(a, b, offs, form=form)
+
+
+@torch.library.custom_op("qconform::scaled_mm", mutates_args=())
+def scaled_mm_op(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    scaling_a: str,
+    scaling_b: str,
+    format_a: str,
+    format_b: str,
+    out_dtype: str,
+) -> torch.Tensor:
+    """``fast.gemm.scaled(...)["out"]``: float32 ``[M, N]`` holding ``out_dtype`` values, a fresh tensor."""
+    return gemm.scaled(a, b, scale_a, scale_b, scaling_a=scaling_a, scaling_b=scaling_b, format_a=format_a,
+                       format_b=format_b, out_dtype=out_dtype)["out"]  # fmt: skip
+
+
+@scaled_mm_op.register_fake
+def _scaled_mm_fake(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    scaling_a: str,
+    scaling_b: str,
+    format_a: str,
+    format_b: str,
+    out_dtype: str,
+) -> torch.Tensor:
+    """``fast.gemm.empty_scaled``: reads no data (operand values outside their format raise in the real op only)."""
+    return gemm.empty_scaled(a, b, scale_a, scale_b, scaling_a=scaling_a, scaling_b=scaling_b, format_a=format_a,
+                             format_b=format_b, out_dtype=out_dtype)  # fmt: skip
