@@ -399,6 +399,7 @@ def _check_offsets(ends: Sequence[int], total: int, form: str) -> None:
 
 
 def _output(a: torch.Tensor, b: torch.Tensor, form: str, groups: int) -> torch.Tensor:
+    shape: tuple[int, ...]
     if form == "2d_3d":
         shape = (a.shape[0], b.shape[2])
     elif form == "2d_2d":
