@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 import torch
 
+import reference.cast
+from fast._triton import jit, tl
 from fast.dequant.mx import mx as fast_dequant
 from fast.layout import scale_swizzle, scale_unswizzle
 from fast.quant.mx import BLOCKS, EDGES, MX_FORMATS, SCALE_LAYOUTS, SCALE_RULES, USAGES, mx
@@ -29,6 +31,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 PATH_ENV = "QCONFORM_FAST_PATH"
 fast_mx_module = importlib.import_module("fast.quant.mx")
+e2m1_pairs = fast_mx_module._e2m1_pairs
 
 
 @pytest.fixture(autouse=True)
@@ -148,6 +151,37 @@ def test_cached_launch_and_graph_capture(monkeypatch: pytest.MonkeyPatch) -> Non
     graph.replay()
     for got, what in ((first, "first call"), (again, "cached launch"), (captured, "graph replay")):
         assert_conforms(got, expected, what)
+
+
+def _e2m1_pairs_kernel(values_ptr, packed_ptr, n_pairs, BLOCK: tl.constexpr):
+    """``_e2m1_pairs`` of consecutive value pairs, each value scaled by ``2**-5`` as the MX kernel passes them."""
+    pair = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    value = tl.load(values_ptr + 2 * pair[:, None] + tl.arange(0, 2)[None, :], mask=(pair < n_pairs)[:, None])
+    low, high = tl.split(value * 0.03125)
+    tl.store(packed_ptr + pair, e2m1_pairs(low, high), mask=pair < n_pairs)
+
+
+@pytest.mark.parametrize("source", ["bfloat16", "float16"])
+def test_e2m1_pairs_every_value(source: str) -> None:
+    """The float16x2 E2M1 core (``_e2m1_pairs``) against ``reference.cast.fp4`` (saturating RNE, NaN -> +max): every
+    bfloat16 or float16 value (both NaN signs, Inf, subnormals) times powers of two from ``2**-130`` to ``2**100``
+    (which push values through every E2M1 binade, float16 subnormals and float32 subnormals), in shuffled pairs."""
+    codes = np.arange(1 << 16, dtype=np.uint32)
+    base = (codes << 16).view(np.float32) if source == "bfloat16" else codes.astype(np.uint16).view(np.float16)
+    with np.errstate(all="ignore"):
+        values = np.concatenate([(base.astype(np.float64) * 2.0**k).astype(np.float32) for k in range(-130, 101, 7)])
+    values = values[np.random.default_rng(5).permutation(values.size)]
+    packed = torch.empty(values.size // 2, dtype=torch.uint8, device="cuda")
+    grid = (-(-packed.numel() // 1024),)
+    jit(_e2m1_pairs_kernel)[grid](torch.from_numpy(values).to(packed.device), packed, packed.numel(), BLOCK=1024)
+    expected = reference.cast.fp4(values, format="float4_e2m1fn", nan="max")["codes"]
+    expected = expected[0::2] | (expected[1::2] << 4)
+    got = packed.cpu().numpy()
+    bad = np.flatnonzero(got != expected)
+    assert bad.size == 0, (
+        f"{bad.size} bytes differ; first pair {values[2 * bad[0] : 2 * bad[0] + 2]!r} -> 0x{int(got[bad[0]]):02x}, "
+        f"reference 0x{int(expected[bad[0]]):02x}"
+    )
 
 
 def test_golden_torchao_vectors() -> None:
