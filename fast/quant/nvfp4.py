@@ -26,15 +26,18 @@ Two passes over ``x``, the fewest a global amax allows:
    (non-negative floats order like their bits; per row or column, per tile, for the row-scaled
    variant).  The last tiles, about 60% of L2, are loaded evict-last and everything else
    evict-first, so that the quantize pass, which starts there, finds them in L2.
-2. ``_nvfp4_quantize_kernel``: persistent programs over ``[16, BK]`` tiles of ``x``, each tile read
-   once.  The tensor scales come from the amaxes once per program; the rowwise part reduces blocks
-   of 16 along ``K``, computes the E4M3 block scales and encode scales, rounds ``fl32(v * enc)`` to
-   E2M1 and writes packed data and scales; the columnwise part does the same on the transposed tile
-   (after the Hadamard butterflies when asked) and writes ``[K, M/2]`` rows.  With one warp per
-   tile, a thread holds 16 rows of 4 columns: a columnwise block (and the Hadamard chunk, and the
-   pair of rows of a columnwise byte) never leaves its thread.  Programs walk the tiles in reverse,
-   so the tiles the amax pass read last (still in L2) are read first.  The rowwise operand alone
-   takes ``_nvfp4_rowwise_kernel``, which reads ``x`` as words in contiguous 16-byte pieces.
+2. ``_nvfp4_quantize_kernel``: persistent programs over ``[BM, BK]`` tiles of ``x`` (128 x 64 for both
+   operands), each tile read once.  The tensor scales come from the amaxes once per program; the
+   rowwise part reduces blocks of 16 along ``K``, computes the E4M3 block scales and encode scales,
+   rounds ``fl32(v * enc)`` to E2M1 and writes packed data and scales.  The columnwise part works in
+   ``x``'s orientation too (no transposed tile): blocks are 16 rows of a column, the Hadamard
+   butterflies run down the columns, and a byte is a pair of rows; only the packed bytes and the
+   scales are transposed, by their stores, which give each row of ``[K, M/2]`` (``[K, M/16]``)
+   ``BM / 2`` (``BM / 16``) contiguous bytes.  The tile is loaded as a 5-D view
+   (:func:`_column_tile`) that leaves the two rows of a byte and 8 of a block's 16 rows in one
+   thread.  Programs walk the tiles in reverse, so the tiles the amax pass read last (still in L2)
+   are read first.  The rowwise operand alone takes ``_nvfp4_rowwise_kernel``, which reads ``x`` as
+   words in contiguous 16-byte pieces.
 
 All the float arithmetic is the contract's, in float32: IEEE divisions (``tl.div_rn``), products
 that are each rounded once (floating-point contraction is turned off at launch: an FMA would skip
@@ -80,7 +83,7 @@ __all__ = [
     "ZERO_SCALES",
     "bench",
     "e2m1_rne",
-    "hadamard_16",
+    "hadamard_16_columns",
     "nvfp4",
 ]
 
@@ -162,33 +165,6 @@ def _e2m1_rne_raw(scaled):
     t = tl.minimum(tl.minimum(t0, a + 12582914.0), t2)
     negative = scaled.to(tl.int32, bitcast=True) <= -8388608  # 0xFF800000
     return t.to(tl.int32, bitcast=True) + tl.where(negative, 8, 0)
-
-
-@device
-def hadamard_16(values, ROWS: tl.constexpr, COLS: tl.constexpr):
-    """TE's random Hadamard transform of each 16-element chunk of the rows of float32 ``values``
-    ``[ROWS, COLS]``: terms ``s_i v_i / 4``, float32 butterflies ``h = 1, 2, 4, 8``, bfloat16 rounding
-    (nearest even; NaN stays NaN), returned as float32 ``[ROWS, COLS]``."""
-    lane = tl.arange(0, 16)
-    signs = tl.where(((0xD7E8 >> lane) & 1) != 0, -0.25, 0.25)  # RHT_SIGN_MASK (kernels read no globals)
-    v = tl.reshape(values, [ROWS, COLS // 16, 16]) * signs[None, None, :]
-    v = _butterfly(v, ROWS, COLS, 1)
-    v = _butterfly(v, ROWS, COLS, 2)
-    v = _butterfly(v, ROWS, COLS, 4)
-    v = _butterfly(v, ROWS, COLS, 8)
-    bits = tl.reshape(v, [ROWS, COLS]).to(tl.int32, bitcast=True)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536  # -65536 is 0xFFFF0000
-    quiet = (bits | 0x400000) & -65536
-    return tl.where((bits & 0x7FFFFFFF) > 0x7F800000, quiet, rounded).to(tl.float32, bitcast=True)
-
-
-@device
-def _butterfly(v, ROWS: tl.constexpr, COLS: tl.constexpr, H: tl.constexpr):
-    """One float32 butterfly stage on the last axis (16): ``v[i], v[i + H] -> v[i] + v[i + H], v[i] - v[i + H]``."""
-    pairs = tl.permute(tl.reshape(v, [ROWS, COLS // 16, 8 // H, 2, H]), (0, 1, 2, 4, 3))
-    a, b = tl.split(pairs)
-    joined = tl.permute(tl.join(a + b, a - b), (0, 1, 2, 4, 3))
-    return tl.reshape(joined, [ROWS, COLS // 16, 16])
 
 
 @device
@@ -391,6 +367,123 @@ def _quantize_tile(
         tl.store(d_pointers, packed, mask=row_ok[:, None] & ((col0 + 2 * d) < n_cols)[None, :])
 
 
+@device
+def hadamard_16_columns(values, BM: tl.constexpr, BK: tl.constexpr):
+    """TE's random Hadamard transform of each 16-row chunk of the columns of float32 ``values [BM, BK]`` (the
+    columnwise operand ``values.T``, transformed along its rows): terms ``s_i v_i / 4``, float32 butterflies
+    ``h = 1, 2, 4, 8``, bfloat16 rounding (nearest even; NaN stays NaN), returned as float32 ``[BM, BK]``.  The
+    butterfly partners are combined by sums over an axis of 2, so the tile stays in the threads that hold it."""
+    lane = tl.arange(0, 16)
+    signs = tl.where(((0xD7E8 >> lane) & 1) != 0, -0.25, 0.25)  # RHT_SIGN_MASK (kernels read no globals)
+    v = tl.reshape(values, [BM // 16, 16, BK]) * signs[None, :, None]
+    v = _column_butterfly(v, BM, BK, 1)
+    v = _column_butterfly(v, BM, BK, 2)
+    v = _column_butterfly(v, BM, BK, 4)
+    v = _column_butterfly(v, BM, BK, 8)
+    bits = tl.reshape(v, [BM, BK]).to(tl.int32, bitcast=True)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536  # -65536 is 0xFFFF0000
+    quiet = (bits | 0x400000) & -65536
+    return tl.where((bits & 0x7FFFFFFF) > 0x7F800000, quiet, rounded).to(tl.float32, bitcast=True)
+
+
+@device
+def _column_butterfly(v, BM: tl.constexpr, BK: tl.constexpr, H: tl.constexpr):
+    """One float32 butterfly stage on axis 1 (16) of ``v [BM / 16, 16, BK]``: ``v[i], v[i + H] -> v[i] + v[i + H],
+    v[i] - v[i + H]``.  Each sum has one addition (``a + b``, ``a + (-b)``), so the order of the terms is moot."""
+    pairs = tl.reshape(v, [BM // 16 * (8 // H), 2, H, BK])
+    second = (tl.arange(0, 2) == 1)[None, :, None, None]
+    total = tl.sum(pairs, axis=1)
+    difference = tl.sum(tl.where(second, -pairs, pairs), axis=1)
+    joined = tl.where(second, difference[:, None, :, :], total[:, None, :, :])
+    return tl.reshape(joined, [BM // 16, 16, BK])
+
+
+@device
+def _quantize_columns(
+    # the tile of x (after the Hadamard transform with RHT) and where it sits
+    values,
+    row0,
+    col0,
+    M,
+    K,
+    # per-tensor scale parameters (unused for ROW_AMAX) and pointers of the columnwise operand
+    p0,
+    p1,
+    amax_ptr,
+    random_ptr,
+    data_ptr,
+    scales_ptr,
+    tensor_scale_ptr,
+    # tile shape and variant
+    BM: tl.constexpr,
+    BK: tl.constexpr,
+    EVEN: tl.constexpr,
+    TILE_2D: tl.constexpr,
+    ROW_AMAX: tl.constexpr,
+    ROUNDING: tl.constexpr,
+    RANDOM_BITS: tl.constexpr,
+    RULE: tl.constexpr,
+    ZERO_ENC: tl.constexpr,
+    SANITIZE: tl.constexpr,
+):
+    """Scales, codes and packed bytes of the columnwise operand ``x.T`` from one ``[BM, BK]`` tile of ``x``.
+
+    Everything is computed in ``x``'s orientation: a block is 16 rows of one column, a byte a pair of rows; only
+    the packed bytes and the block scales are transposed, by the stores (``[K, M / 2]`` and ``[K, M / 16]``).
+    """
+    r = tl.arange(0, BM)
+    c = tl.arange(0, BK)
+    g = tl.arange(0, BM // 16)
+    j = tl.arange(0, BM // 2)
+    col_ok = (col0 + c) < K
+    col_base = col0.to(tl.int64)
+    if ROW_AMAX:
+        amax = tl.load(amax_ptr + col0 + c, mask=col_ok, other=0).to(tl.float32, bitcast=True)
+        tensor_scale, col_p0, col_p1 = _global_scales(amax, RULE)
+        # A vector mask and a scalar condition are combined as vectors: the interpreter rejects the mix.
+        tl.store(tensor_scale_ptr + col0 + c, tensor_scale, mask=col_ok & ((c * 0 + row0) == 0))
+        p0 = col_p0[None, :]
+        p1 = col_p1[None, :]
+
+    # Block amax (16 rows of a column), block scale, encode scale.
+    blocks = _abs_max(tl.reshape(values, [BM // 16, 16, BK]), 1, RULE, SANITIZE)
+    if TILE_2D:
+        tiles = _abs_max(tl.reshape(blocks, [BM // 16, BK // 16, 16]), 2, RULE, SANITIZE)
+        blocks = tl.reshape(tl.broadcast_to(tiles[:, :, None], [BM // 16, BK // 16, 16]), [BM // 16, BK])
+    code, encode = _block_scale(blocks, p0, p1, RULE, ZERO_ENC)
+    # Whole tiles: strides and offsets are multiples of the tile, which Triton's stores need to be vectors.
+    s_stride = tl.multiple_of(M // 16, BM // 16) if EVEN else M // 16
+    s_row = tl.multiple_of(row0 // 16, BM // 16) if EVEN else row0 // 16
+    s_pointers = scales_ptr + col_base * s_stride + (c[None, :] * s_stride + (s_row + g)[:, None])
+    if EVEN:
+        tl.store(s_pointers, code.to(tl.uint8))
+    else:
+        tl.store(s_pointers, code.to(tl.uint8), mask=col_ok[None, :] & ((row0 + 16 * g) < M)[:, None])
+
+    # Elements.
+    scaled = tl.reshape(tl.reshape(values, [BM // 16, 16, BK]) * encode[:, None, :], [BM, BK])
+    if ROUNDING == 0:
+        q = _e2m1_rne_raw(scaled)  # the code in the low 4 bits, zeros up to bit 17: the bytes below add
+    else:
+        e_pointers = random_ptr + col_base * M + (c[None, :] * M + (row0 + r)[:, None])
+        if EVEN:
+            random = tl.load(e_pointers)
+        else:
+            random = tl.load(e_pointers, mask=col_ok[None, :] & ((row0 + r) < M)[:, None], other=0)
+        bits = scaled.to(tl.int32, bitcast=True)
+        q = round_to_code(bits, bits, random, 1, 1, 28, 8, True, 7, 7, 7, ROUNDING, RANDOM_BITS)
+    # Rows 2i and 2i + 1 make byte i: a sum over an axis of 2 (no split, which would need the pair in one thread).
+    shift = (tl.arange(0, 2) * 4)[None, :, None]
+    packed = tl.sum(tl.reshape(q, [BM // 2, 2, BK]) << shift, axis=1)
+    d_stride = tl.multiple_of(M // 2, BM // 2) if EVEN else M // 2
+    d_row = tl.multiple_of(row0 // 2, BM // 2) if EVEN else row0 // 2
+    d_pointers = data_ptr + col_base * d_stride + (c[None, :] * d_stride + (d_row + j)[:, None])
+    if EVEN:
+        tl.store(d_pointers, packed.to(tl.uint8))
+    else:
+        tl.store(d_pointers, packed.to(tl.uint8), mask=col_ok[None, :] & ((row0 + 2 * j) < M)[:, None])
+
+
 # %% Compute kernels
 
 
@@ -424,12 +517,15 @@ def _amax_tile(
     col0 = (tile % tiles_k) * BK
     row_ok = (row0 + r) < M
     col_ok = (col0 + c) < K
-    pointers = x_ptr + row0.to(tl.int64) * K + (r[:, None] * K + (col0 + c)[None, :])
-    if EVEN:
-        raw = tl.load(pointers, eviction_policy=EVICTION)
+    if COLUMNWISE:  # the columnwise kernel's tiles and layout (the Hadamard transform runs along the columns)
+        values = _tile_values(_column_tile(x_ptr, tile, M, K, BM, BK, EVEN, EVICTION), INPUT, BM, BK)
     else:
-        raw = tl.load(pointers, mask=row_ok[:, None] & col_ok[None, :], other=0, eviction_policy=EVICTION)
-    values = float32_bits(raw, INPUT)[1].to(tl.float32, bitcast=True)
+        pointers = x_ptr + row0.to(tl.int64) * K + (r[:, None] * K + (col0 + c)[None, :])
+        if EVEN:
+            raw = tl.load(pointers, eviction_policy=EVICTION)
+        else:
+            raw = tl.load(pointers, mask=row_ok[:, None] & col_ok[None, :], other=0, eviction_policy=EVICTION)
+        values = float32_bits(raw, INPUT)[1].to(tl.float32, bitcast=True)
     if ROW_AMAX:
         if ROWWISE:
             row_amax = _abs_max(values, 1, RULE, SANITIZE).to(tl.int32, bitcast=True)
@@ -441,7 +537,7 @@ def _amax_tile(
         # Elementwise running maxima, reduced once after the last tile (no reduction per tile).
         running = _max2(running, _magnitude(values, RULE, SANITIZE), RULE)
         if COLUMNWISE and RHT:
-            running_t = _max2(running_t, _magnitude(hadamard_16(tl.trans(values), BK, BM), RULE, SANITIZE), RULE)
+            running_t = _max2(running_t, _magnitude(hadamard_16_columns(values, BM, BK), RULE, SANITIZE), RULE)
     return running, running_t
 
 
@@ -470,7 +566,7 @@ def _nvfp4_amax_kernel(
     tiles = tl.cdiv(M, BM) * tl.cdiv(K, BK)
     first_kept = tiles - kept_tiles
     running = tl.zeros([BM, BK], tl.float32)
-    running_t = tl.zeros([BK, BM], tl.float32)
+    running_t = tl.zeros([BM, BK], tl.float32)
     # Streamed tiles are marked evict-first; the last `kept_tiles` (which the quantize pass reads first)
     # evict-last, so that they are still in L2 when it comes.
     for tile in range(tl.program_id(0), first_kept, tl.num_programs(0)):
@@ -543,6 +639,41 @@ def _max2(a, b, RULE: tl.constexpr):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
 
+@device
+def _column_tile(x_ptr, tile, M, K, BM: tl.constexpr, BK: tl.constexpr, EVEN: tl.constexpr, EVICTION: tl.constexpr):
+    """The raw elements of tile ``tile`` of ``x`` (``[BM, BK]``, row-major tiles) as ``[2, BM / 16, 4, 2, BK]``:
+    row ``16 g + 4 q + 2 b + a`` of the tile at ``[b, g, q, a]``; nothing is read for a negative ``tile``.
+
+    Triton 3.6 (the GPU's) gives a load's threads to its contiguous axis (the columns, 16 bytes a thread) and then
+    to the other axes in index order (``b``, then ``g``), which leaves ``q`` and ``a`` in registers: rows 2i and
+    2i + 1 (one columnwise byte) sit in one thread, and of the 16 rows of a columnwise block a thread holds 8,
+    its neighbour the other 8.  (Other Triton versions may order the axes otherwise: slower, not wrong.)  The
+    permute and reshape of :func:`_tile_values` move no data.
+    """
+    tiles_k = tl.cdiv(K, BK)
+    row0 = (tl.maximum(tile, 0) // tiles_k) * BM
+    col0 = (tl.maximum(tile, 0) % tiles_k) * BK
+    b = tl.arange(0, 2)[:, None, None, None, None]
+    g = tl.arange(0, BM // 16)[None, :, None, None, None]
+    q = tl.arange(0, 4)[None, None, :, None, None]
+    a = tl.arange(0, 2)[None, None, None, :, None]
+    rows = 16 * g + 4 * q + 2 * b + a
+    cols = col0 + tl.arange(0, BK)[None, None, None, None, :]
+    pointers = x_ptr + row0.to(tl.int64) * K + (rows * K + cols)
+    # A vector mask, not a scalar condition: the interpreter rejects the mix.
+    mask = (rows * 0 + tile) >= 0
+    if not EVEN:
+        mask = mask & ((row0 + rows) < M) & (cols < K)
+    return tl.load(pointers, mask=mask, other=0, eviction_policy=EVICTION)
+
+
+@device
+def _tile_values(raw, INPUT: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr):
+    """float32 ``[BM, BK]`` of a tile loaded by :func:`_column_tile`."""
+    values = float32_bits(raw, INPUT)[1].to(tl.float32, bitcast=True)
+    return tl.reshape(tl.permute(values, (1, 2, 0, 3, 4)), [BM, BK])
+
+
 def _nvfp4_quantize_kernel(
     # pointers: input, random bits, rowwise outputs, columnwise outputs
     x_ptr,
@@ -579,8 +710,6 @@ def _nvfp4_quantize_kernel(
 ):
     tiles_k = tl.cdiv(K, BK)
     tiles = tl.cdiv(M, BM) * tiles_k
-    r = tl.arange(0, BM)
-    c = tl.arange(0, BK)
     p0 = tl.full([], 0.0, tl.float32)
     p1 = tl.full([], 0.0, tl.float32)
     t_p0 = tl.full([], 0.0, tl.float32)
@@ -595,13 +724,7 @@ def _nvfp4_quantize_kernel(
         tile = tiles - 1 - step
         row0 = (tile // tiles_k) * BM
         col0 = (tile % tiles_k) * BK
-        pointers = x_ptr + row0.to(tl.int64) * K + (r[:, None] * K + (col0 + c)[None, :])
-        if EVEN:
-            raw = tl.load(pointers, eviction_policy="evict_first")
-        else:
-            mask = ((row0 + r) < M)[:, None] & ((col0 + c) < K)[None, :]
-            raw = tl.load(pointers, mask=mask, other=0, eviction_policy="evict_first")
-        values = float32_bits(raw, INPUT)[1].to(tl.float32, bitcast=True)
+        values = _tile_values(_column_tile(x_ptr, tile, M, K, BM, BK, EVEN, "evict_first"), INPUT, BM, BK)
         if ROWWISE:
             _quantize_tile(
                 values,
@@ -628,15 +751,15 @@ def _nvfp4_quantize_kernel(
                 SANITIZE,
             )
         if COLUMNWISE:
-            t_values = tl.trans(values)  # a thread holds 16 rows of its columns: no data moves
+            t_values = values
             if RHT:
-                t_values = hadamard_16(t_values, BK, BM)
-            _quantize_tile(
+                t_values = hadamard_16_columns(values, BM, BK)
+            _quantize_columns(
                 t_values,
-                col0,
                 row0,
-                K,
+                col0,
                 M,
+                K,
                 t_p0,
                 t_p1,
                 columnwise_amax_ptr,
@@ -644,8 +767,8 @@ def _nvfp4_quantize_kernel(
                 columnwise_data_ptr,
                 columnwise_scales_ptr,
                 columnwise_tensor_scale_ptr,
-                BK,
                 BM,
+                BK,
                 EVEN,
                 TILE_2D,
                 ROW_AMAX,
@@ -851,20 +974,31 @@ _ROWWISE = _Tiling(quantize=_Launch(2, 2048, 4, 8), amax=_Launch(1, 4096, 8, 4))
 """Rowwise operand only (``_nvfp4_rowwise_kernel``): 2 x 2048 tiles (each thread half of two blocks of 16
 of each of 2 rows), 4 warps, 8 programs per SM (4 x 2048 tiles and 4 per SM: 6% slower on the H200); the
 flat amax pass in chunks of 4096 words (16 per thread), 8 warps."""
-_COLUMNWISE = _Tiling(quantize=_Launch(16, 128, 1, 8), amax=_Launch(1, 4096, 8, 4))
-"""Both operands or the columnwise one (``_nvfp4_quantize_kernel``): one warp per 16 x 128 tile, a thread
-holding 16 rows of 4 columns, so neither the column amax nor the pairing of rows into bytes crosses
-threads (167 registers in Triton 3.6 for sm_90, no spills).  16 x 256 tiles (a thread holding 8 columns,
-255 registers) were 17% slower on the H200: with one warp per program the registers bound the resident
-warps, which must hide the load latency.  The tile amax pass (row-scaled amax, Hadamard transform) uses
-the same tiles."""
+_BOTH = _Tiling(quantize=_Launch(128, 64, 4, 2), amax=_Launch(1, 4096, 8, 4))
+"""Both operands (``_nvfp4_quantize_kernel``): 128 x 64 tiles, 4 warps (each thread 8 rows of 8 columns,
+167 registers in Triton 3.6 for sm_90), 2 programs per SM.  A tile gives each row of the columnwise outputs
+64 bytes of codes and 8 of scales: the transposed stores of 16-row tiles (8 and 1 bytes) took 60% of the
+pass (H100, bfloat16 8192 x 8192: both 0.298 -> 0.191 ms, 16x16 0.287 -> 0.169, RHT 0.486 -> 0.314; 64 x 64
+tiles with 2 warps were level for both).  The tile amax pass (row-scaled amax, Hadamard transform) uses the
+same tiles."""
+_COLUMNWISE = _BOTH._replace(quantize=_Launch(128, 32, 2, 6))
+"""The columnwise operand alone: 128 x 32 tiles, 2 warps, 6 programs per SM (H100: 0.128 ms, 0.134 with
+``_BOTH``'s tiles, 0.251 with the 16 x 128 tiles before)."""
+_STOCHASTIC = _BOTH._replace(quantize=_Launch(64, 64, 4, 2))
+"""Stochastic rounding with a columnwise operand: 32 elements a thread, since the generic rounding of
+``round_to_code`` and the random bits spill registers at 64."""
 
 
 def _tiling(s: _Settings, x: torch.Tensor) -> _Tiling:
     """The launch shapes of these settings.  Triton's interpreter pays per program, not per element: large
     CPU inputs take 128-row tiles there (the same code, other constexprs; small inputs keep the GPU's
     tiles, which the CPU tests check)."""
-    tiling = _COLUMNWISE if s.columnwise else _ROWWISE
+    if not s.columnwise:
+        tiling = _ROWWISE
+    elif s.rounding == "stochastic":
+        tiling = _STOCHASTIC
+    else:
+        tiling = _BOTH if s.rowwise else _COLUMNWISE
     if x.device.type != "cuda" and x.shape[0] >= 1024:
         tiling = tiling._replace(quantize=tiling.quantize._replace(rows=128))
     if s.block == "16x16" and not s.columnwise:
@@ -1077,7 +1211,7 @@ def _full(like: torch.Tensor, value: float) -> torch.Tensor:
 
 
 def _torch_hadamard_16(values: torch.Tensor) -> torch.Tensor:
-    """:func:`hadamard_16` with torch ops on float32 ``[R, C]``."""
+    """:func:`hadamard_16_columns` with torch ops on the rows of float32 ``[R, C]`` (16-element chunks of each row)."""
     rows, cols = values.shape
     lane = torch.arange(16, device=values.device)
     signs = torch.where(((RHT_SIGN_MASK >> lane) & 1) != 0, -0.25, 0.25).to(torch.float32)

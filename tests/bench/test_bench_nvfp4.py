@@ -93,6 +93,20 @@ def test_triton_stochastic(measure: Measure, x: torch.Tensor) -> None:
     )
 
 
+def test_triton_stochastic_both(measure: Measure, x: torch.Tensor) -> None:
+    bits = torch.randint(0, 256, SHAPE, dtype=torch.uint8, device="cuda")
+    columnwise_bits = torch.randint(0, 256, SHAPE[::-1], dtype=torch.uint8, device="cuda")
+    measure(
+        lambda: functools.partial(
+            nvfp4, x, rounding="stochastic", random_bits=bits, columnwise_random_bits=columnwise_bits
+        ),
+        bytes_moved=2 * input_bytes(x) + 2 * bits.numel() + output_bytes("both"),
+        implementation="fast.quant.nvfp4 (Triton, two passes)",
+        shape="bf16_8192x8192",
+        variant="both stochastic uint8 bits",
+    )
+
+
 def test_triton_dequantize(measure: Measure, x: torch.Tensor) -> None:
     q = nvfp4(x, usage="rowwise")
     measure(

@@ -18,7 +18,7 @@ import fast._triton
 from fast._triton import jit, round_to_code, tl
 from fast.dequant.nvfp4 import dequantize as fast_dequantize_native
 from fast.dequant.nvfp4 import nvfp4 as fast_dequantize
-from fast.quant.nvfp4 import PATH_ENV, e2m1_rne, hadamard_16
+from fast.quant.nvfp4 import PATH_ENV, e2m1_rne, hadamard_16_columns
 from fast.quant.nvfp4 import nvfp4 as fast_nvfp4
 from fast.stochastic import nvfp4 as fast_stochastic
 from reference.cast import fp4 as reference_fp4
@@ -201,7 +201,9 @@ def interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
 KERNEL_CASES = [
     # (params, shape, input dtype, random bits dtypes)
     ({}, (32, 48), torch.bfloat16, None),
-    ({}, (32, 256), torch.bfloat16, None),  # whole tiles: the unmasked (EVEN) variant, columnwise tiling
+    ({}, (128, 128), torch.bfloat16, None),  # whole tiles: the unmasked (EVEN) variant, both operands' tiling
+    ({"usage": "columnwise", "rht": True}, (128, 64), torch.bfloat16, None),  # whole columnwise-only tiles
+    ({"rounding": "stochastic"}, (64, 128), torch.bfloat16, (torch.uint8, torch.uint8)),  # whole stochastic tiles
     ({"usage": "rowwise"}, (16, 128), torch.bfloat16, None),
     ({"usage": "rowwise"}, (16, 2048), torch.bfloat16, None),  # whole tiles: the unmasked (EVEN) rowwise kernel
     ({"usage": "rowwise", "block": "16x16", "zero_scale": "zero"}, (32, 2048), torch.float16, None),
@@ -305,8 +307,9 @@ def test_e4m3_rne_on_non_negative_values() -> None:
 
 
 def _hadamard_kernel(x_ptr, out_ptr, ROWS: tl.constexpr, COLS: tl.constexpr):
-    offsets = tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
-    tl.store(out_ptr + offsets, hadamard_16(tl.load(x_ptr + offsets), ROWS, COLS))
+    """The transform of the rows of ``x [ROWS, COLS]``, as the kernels apply it: to the columns of ``x.T``."""
+    offsets = tl.arange(0, COLS)[:, None] + tl.arange(0, ROWS)[None, :] * COLS  # x.T [COLS, ROWS]
+    tl.store(out_ptr + offsets, hadamard_16_columns(tl.load(x_ptr + offsets), COLS, ROWS))
 
 
 @pytest.mark.usefixtures("interpreter")
