@@ -210,6 +210,8 @@ KERNEL_CASES = [
     ({"usage": "rowwise"}, (48, 144), torch.float16, None),
     ({"usage": "rowwise", "block": "16x16"}, (48, 160), torch.float32, None),
     ({"usage": "columnwise", "block": "16x16"}, (48, 32), torch.float32, None),
+    ({"block": "16x16", "zero_scale": "zero"}, (48, 80), torch.float32, None),  # x.T shares x's tile scales and codes
+    ({"block": "16x16"}, (128, 128), torch.bfloat16, None),  # the same on whole tiles
     ({"block": "16x16", "rht": True}, (32, 64), torch.bfloat16, None),
     ({"rht": True, "zero_scale": "zero"}, (16, 48), torch.float32, None),
     ({"amax_scope": "row"}, (48, 32), torch.bfloat16, None),
