@@ -8,19 +8,18 @@ is grouped the same way (NVFP4 data at byte offsets ``offsets / 2``; block scale
 values at index ``i``).  ``specs/group/*.yaml`` and ``reference/group.py`` state the layouts in full.
 
 The member dims are host lists (TE's ``tensor_shapes``), so nothing here waits on the device.
-``split`` returns views and ``stack`` one copy; ``tp_partition`` one strided copy.  ``quantize`` runs
-the recipe's ``fast.quant`` quantizer (``fast.buffers.quantizer``: Triton kernels on CUDA, torch ops on
-CPU).  Where the members stacked as one ``[sum(M), K]`` tensor quantize to the grouped buffers as
-they are (MXFP8 members of one ``K`` whose scale matrices abut), that is one call and no copy; FP8
-blockwise members of one shape with whole 128-row blocks take one call too, and one copy of each buffer
-that holds the members side by side (the transposed ones; :func:`_stacking`).  FP8 current scaling on
-the Triton path runs two grouped kernels for all members (an amax per member, then the cast;
-:func:`_fp8_tensor_grouped`), built from ``fast.quant.fp8``'s device functions.  Otherwise (NVFP4,
-ragged MXFP8 and FP8 blockwise, FP8 current scaling on the torch path) every grouped buffer is
-allocated once and each member is quantized alone, its outputs copied into its slots: one launch
-sequence per member and an extra pass over the quantized bytes.  Removing that pass needs the
-quantizers to write into given output buffers, or their kernel bodies as device functions that a
-grouped kernel can call per member tile; NVFP4's per-tensor amax rules out stacking.
+``split`` returns views and ``stack`` one copy; ``tp_partition`` one strided copy.  ``quantize`` on the
+Triton path runs grouped kernels for FP8 current scaling, FP8 blockwise and NVFP4: every program looks
+its member up in a small table (element offset, dims, scale offsets) and runs the recipe's own device
+functions (``fast.quant.fp8``, ``fast.quant.fp8_blockwise``, ``fast.quant.nvfp4``) on a tile of that
+member, writing straight into the grouped buffers (:func:`_fp8_tensor_grouped`, :func:`_fp8_block_grouped`,
+:func:`_nvfp4_grouped`; per-tensor amaxes by one grouped amax pass first).  MXFP8 members whose stacked
+``[sum(M), K]`` quantization is the grouped buffers as they are (one ``K``, scale matrices that abut) take
+one call of ``fast.quant.mx`` on the stacked view; on the torch path FP8 blockwise members of one shape
+with whole 128-row blocks do too, plus one copy of each buffer that holds them side by side
+(:func:`_stacking`).  Otherwise (ragged MXFP8, the torch path) every grouped buffer is allocated once
+and each member is quantized alone by the recipe's ``fast.quant`` quantizer (``fast.buffers.quantizer``),
+its outputs copied into its slots.
 
 Source: NVIDIA/TransformerEngine ``pytorch/tensor/storage/grouped_tensor_storage.py``
 (``make_grouped_tensor``, ``split_into_quantized_tensors``, ``quantize``),
@@ -38,6 +37,7 @@ from fast._triton import device, float32_bits, jit, selected_path, tl, triton
 from fast.buffers import quantizer
 from fast.quant.fp8 import (
     CAST_TILES,
+    DTYPE_MAX,
     F32_MAX,
     FORMAT_META,
     INPUT_IDS,
@@ -47,6 +47,9 @@ from fast.quant.fp8 import (
     rounding_core,
     scale_from_amax,
 )
+from fast.quant.fp8_blockwise import TILES as BLOCK_TILES
+from fast.quant.fp8_blockwise import _amax, _load_rows, _store_tile
+from fast.quant.nvfp4 import _abs_max, _block_scale, _e2m1_rne_raw, _global_scales, _magnitude, _max2, _word_halves
 
 __all__ = ["layout", "quantize", "split", "stack", "tp_partition"]
 
@@ -58,6 +61,8 @@ X_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": tor
 PARALLEL_MODES: tuple[str, ...] = ("column", "row")
 
 _DIVISOR = {"mxfp8": 32, "nvfp4": 16}
+_BLOCK_NAMES = {"1d": "1x128", "2d": "128x128"}
+"""``fast.quant.fp8_block``'s name of each ``block``."""
 _Outputs = dict[str, tuple[str, str, str]]
 _GROUPED: dict[str, _Outputs] = {
     # grouped output: (member output, placement, which usage has it)
@@ -223,9 +228,9 @@ def quantize(
     ``group.quantize`` (``reference.group.quantize``): member by member, the grouped buffers hold the
     bytes of the recipe's quantizer run on that member alone with TransformerEngine's defaults (E4M3;
     ``fp8_tensor``; ``mxfp8`` rceil with TE edges, ``blocks=block``, ``scale_layout``; ``fp8_block``
-    1x128 / 128x128 power-of-two; ``nvfp4`` 1x16 / 16x16, TE rule), at the member's offsets.  Members
-    that stack (module docstring) are quantized in one call on the stacked view, and ``fp8_tensor`` on
-    the Triton path by two grouped kernels: the same bytes.
+    1x128 / 128x128 power-of-two; ``nvfp4`` 1x16 / 16x16, TE rule), at the member's offsets.  On the
+    Triton path ``fp8_tensor``, ``fp8_block`` and ``nvfp4`` run grouped kernels, and members that stack
+    (module docstring) are quantized in one call on the stacked view: the same bytes.
 
     Source
     ------
@@ -264,6 +269,9 @@ def quantize(
         _check_choice("x_dtype", x_dtype, tuple(X_DTYPES))
         if X_DTYPES[x_dtype] != data.dtype:
             raise ValueError(f"Got data.dtype={data.dtype} and x_dtype={x_dtype!r}, but they must name the same dtype")
+    if selected_path(data.device) == "triton" and recipe in ("fp8_tensor", "fp8_block", "nvfp4"):
+        grouped = {"fp8_tensor": _fp8_tensor_grouped, "fp8_block": _fp8_block_grouped, "nvfp4": _nvfp4_grouped}
+        return grouped[recipe](data, shapes, offsets, usage, block)
     produced = {n: entry for n, entry in _GROUPED[recipe].items() if entry[2] in ("always", usage) or usage == "both"}
     quantize_member = quantizer(recipe, block, usage, scale_layout)
     stacking = _stacking(recipe, block, scale_layout, usage, shapes, produced)
@@ -276,8 +284,6 @@ def quantize(
                 stacked = stacked.view(stacked.shape[0], num_members, -1).transpose(0, 1)
             out[name] = stacked.reshape(-1)
         return out
-    if recipe == "fp8_tensor" and selected_path(data.device) == "triton":
-        return _fp8_tensor_grouped(data, shapes, offsets, usage)
     scale_shapes = [_scale_shapes(recipe, block, m, k) for m, k in shapes]
     slots = {"rowwise": [s[0] for s in scale_shapes], "columnwise": [s[1] for s in scale_shapes]}
     out, scale_offsets = _allocate(produced, offsets, slots, num_members, data.device)
@@ -517,36 +523,73 @@ def gemm(
     return grouped(a, b, form=form, groups=groups, group_sizes=group_sizes)
 
 
-# %% FP8 current scaling of all members in two launches (Triton)
+# %% Grouped kernels (Triton): FP8 current scaling and NVFP4, one launch per pass for all members
 
 AMAX_CHUNK: tuple[int, int, int] = (4096, 8, 4)
 """(elements per step, steps, num_warps) of the grouped amax kernel: each program reduces BLOCK * STEPS
 elements of one member and makes one atomic."""
-_META_ROWS = 5
-"""Rows of the members' table: element offsets, first amax program, M, K, first cast tile (``MEMBERS`` wide)."""
+NVFP4_TILES: dict[str, tuple[int, int, int, int]] = {"rowwise": (2, 2048, 4, 8), "both": (16, 128, 1, 8)}
+"""(rows, columns, num_warps, programs per SM) of the grouped NVFP4 quantize kernels, ``fast.quant.nvfp4``'s
+tiles: the rowwise operand alone in 2 x 2048 tiles read as 16-byte words (16 rows for 16x16 blocks); both
+operands, or the columnwise one, in 16 x 128 tiles of one warp (a thread holds 16 rows of 4 columns)."""
+
+
+def _member_table(columns: list[list[int]], device: torch.device) -> tuple[torch.Tensor, int]:
+    """The members' table the kernels read (one row per list, ``MEMBERS`` wide: a power of two) and ``MEMBERS``.
+
+    Copied to the device with ``non_blocking``: a blocking host-to-device copy synchronises the stream, so
+    the host would wait for all queued work on every call (the driver stages pageable memory before the
+    asynchronous copy returns, so the host tensor may go at once).
+    """
+    members = triton.next_power_of_2(max(len(column) for column in columns))
+    table = torch.tensor([row + [0] * (members - len(row)) for row in columns], dtype=torch.int64)
+    return table.to(device, non_blocking=True), members
+
+
+def _alignment(shapes: list[tuple[int, int]]) -> int:
+    """The largest power of two up to 16 that divides every member's M and K (so every element offset): the
+    kernels' ``ALIGN``, which tells the compiler that rows start on 16-byte boundaries (vector loads)."""
+    dims = math.gcd(*(d for shape in shapes for d in shape))
+    return math.gcd(dims, 16) if dims else 16
+
+
+def _launch_grouped_amax(
+    data: torch.Tensor, amax_bits: torch.Tensor, table: torch.Tensor, members: int, n: int, programs: int, align: int
+) -> None:
+    """Each member's ``max|x|`` (NaN ignored) as int32 bits into ``amax_bits[:n]`` (table rows 0 and 1)."""
+    block, steps, num_warps = AMAX_CHUNK
+    jit(_grouped_amax_kernel)[(programs,)](
+        data, amax_bits, table, n, INPUT=INPUT_IDS[data.dtype], BLOCK=block, STEPS=steps, MEMBERS=members,
+        ALIGN=align, num_warps=num_warps,
+    )  # fmt: skip
 
 
 def _fp8_tensor_grouped(
-    data: torch.Tensor, shapes: list[tuple[int, int]], offsets: list[int], usage: str
+    data: torch.Tensor, shapes: list[tuple[int, int]], offsets: list[int], usage: str, block: str
 ) -> dict[str, torch.Tensor]:
     """``group.quantize`` of ``fp8_tensor`` in two kernel launches for all members (no per-member calls).
 
     The grouped amax kernel gives each member's ``max|x|`` (NaN ignored) by one atomic per program; the
     grouped cast kernel is ``fast.quant.fp8``'s cast (``scale_from_amax``, ``reciprocal``, ``fp8_code``,
     its tiles) with every tile looking up its member in a table, reading the member's amax and writing
-    the member's codes (and their transpose) at the member's offset.  Same bits as ``fast.quant.fp8_tensor``
-    on each member alone: the same device functions on the same values.
+    the member's codes (and their transpose) at the member's offset; its program 0 writes every member's
+    amax, scale and scale_inv (an empty member's amax stays 0: scale 1).  Same bits as
+    ``fast.quant.fp8_tensor`` on each member alone: the same device functions on the same values.
     """
-    n, device = len(shapes), data.device
-    members = triton.next_power_of_2(n + 1)
-    block, steps, amax_warps = AMAX_CHUNK
+    n, device, align = len(shapes), data.device, _alignment(shapes)
+    chunk, steps, _ = AMAX_CHUNK
     block_m, block_k, cast_warps = CAST_TILES[usage]
-    amax_programs = [triton.cdiv(m * k, block * steps) for m, k in shapes]
+    amax_programs = [triton.cdiv(m * k, chunk * steps) for m, k in shapes]
     tiles = [triton.cdiv(m, block_m) * triton.cdiv(k, block_k) if m * k else 0 for m, k in shapes]
     columns = [offsets, _offsets(amax_programs), [m for m, _ in shapes], [k for _, k in shapes], _offsets(tiles)]
-    table = torch.tensor([row + [0] * (members - len(row)) for row in columns], dtype=torch.int64, device=device)
-    empty = {"amax": 0.0, "scale": 1.0, "scale_inv": 1.0}
-    out = {name: torch.full((n,), value, dtype=torch.float32, device=device) for name, value in empty.items()}
+    table, members = _member_table(columns, device)
+    if sum(tiles):
+        out = {name: torch.empty(n, dtype=torch.float32, device=device) for name in ("amax", "scale", "scale_inv")}
+    else:  # no launch: every member is empty
+        out = {
+            name: torch.full((n,), _EMPTY_MEMBER[name], dtype=torch.float32, device=device)
+            for name in ("amax", "scale", "scale_inv")
+        }
     copies = {"data": usage != "columnwise", "columnwise_data": usage != "rowwise"}
     for name, wanted in copies.items():
         if wanted:
@@ -555,16 +598,117 @@ def _fp8_tensor_grouped(
     amax_bits = torch.zeros(n, dtype=torch.int32, device=device)
     with quiet_interpreter(device):
         if sum(amax_programs):
-            jit(_grouped_amax_kernel)[(sum(amax_programs),)](
-                data, amax_bits, table, n, INPUT=INPUT_IDS[data.dtype], BLOCK=block, STEPS=steps, MEMBERS=members,
-                num_warps=amax_warps,
-            )  # fmt: skip
+            _launch_grouped_amax(data, amax_bits, table, members, n, sum(amax_programs), align)
         if sum(tiles):
             jit(_grouped_cast_kernel)[(sum(tiles),)](
                 data, out.get("data", codes), out.get("columnwise_data", codes), amax_bits, out["amax"], out["scale"],
-                out["scale_inv"], table, n, 0.0, F32_MAX, **FORMAT_META["float8_e4m3fn"], CORE=rounding_core(device),
-                ROWWISE=copies["data"], COLWISE=copies["columnwise_data"], INPUT=INPUT_IDS[data.dtype],
-                BLOCK_M=block_m, BLOCK_K=block_k, MEMBERS=members, num_warps=cast_warps,
+                out["scale_inv"], table, n, 0.0, F32_MAX, **FORMAT_META["float8_e4m3fn"],
+                CORE=rounding_core(device), ROWWISE=copies["data"], COLWISE=copies["columnwise_data"],
+                INPUT=INPUT_IDS[data.dtype], BLOCK_M=block_m, BLOCK_K=block_k, MEMBERS=members, ALIGN=align,
+                num_warps=cast_warps,
+            )  # fmt: skip
+    return out
+
+
+def _nvfp4_grouped(
+    data: torch.Tensor, shapes: list[tuple[int, int]], offsets: list[int], usage: str, block: str
+) -> dict[str, torch.Tensor]:
+    """``group.quantize`` of ``nvfp4`` in two kernel launches for all members (no per-member calls).
+
+    The grouped amax kernel (as for ``fp8_tensor``) gives each member's amax, TE's NaN-ignoring
+    ``max|x|``, which is also the amax of its transpose (no Hadamard transform here).  The grouped
+    quantize kernel runs ``fast.quant.nvfp4``'s kernels' work on their tiles (:data:`NVFP4_TILES`),
+    every tile looking up its member in a table: the member's tensor scales from its amax
+    (``_global_scales``), then the block scales and E2M1 codes (``_block_scale``, ``_e2m1_rne_raw``)
+    written at the member's byte offset and into its padded scale matrix (rows ``round_up(K / 16, 4)``
+    and ``round_up(M / 16, 4)`` bytes apart).  Same bits as ``fast.quant.nvfp4`` on each member alone:
+    the same device functions on the same values.
+    """
+    n, device = len(shapes), data.device
+    rowwise, columnwise = usage != "columnwise", usage != "rowwise"
+    rows, cols, num_warps, per_sm = NVFP4_TILES["both" if columnwise else "rowwise"]
+    if block == "2d" and not columnwise:
+        rows = 16
+    if columnwise:
+        tiles = [m // rows * triton.cdiv(k, cols) for m, k in shapes]
+        even = all(k % cols == 0 for _, k in shapes)
+    else:
+        tiles = [m // rows * triton.cdiv(k // 16, cols // 16) for m, k in shapes]
+        even = all((k // 16) % (cols // 16) == 0 for _, k in shapes)
+    chunk, steps, _ = AMAX_CHUNK
+    amax_programs = [triton.cdiv(m * k, chunk * steps) for m, k in shapes]
+    scale_shapes = [_scale_shapes("nvfp4", block, m, k) for m, k in shapes]
+    columns = [offsets, _offsets(amax_programs), [m for m, _ in shapes], [k for _, k in shapes], _offsets(tiles)]
+    columns += [_offsets([math.prod(s[side]) for s in scale_shapes]) for side in (0, 1)]
+    table, members = _member_table(columns, device)
+    # int32 amax bits of the members: the rowwise operand's, then (both copies) the columnwise one's copy
+    amax_bits = torch.zeros((1 + (rowwise and columnwise)) * n, dtype=torch.int32, device=device)
+    out: dict[str, torch.Tensor] = {}
+    for prefix, wanted, side in (("", rowwise, 0), ("columnwise_", columnwise, 1)):
+        if wanted:
+            out[f"{prefix}fp4_data"] = torch.empty(offsets[-1] // 2, dtype=torch.uint8, device=device)
+            out[f"{prefix}scales"] = torch.empty(columns[5 + side][-1], dtype=torch.uint8, device=device)
+            out[f"{prefix}amax"] = amax_bits[-n:] if prefix else amax_bits[:n]
+    dummy = amax_bits
+    variant = {"INPUT": INPUT_IDS[data.dtype], "TILE_2D": block == "2d", "EVEN": even, "MEMBERS": members,
+               "SANITIZE": device.type != "cuda", "num_warps": num_warps}  # fmt: skip
+    if device.type == "cuda":  # no floating-point contraction: an FMA would skip the rounding of a product
+        variant["enable_fp_fusion"] = False
+        programs = min(sum(tiles), per_sm * torch.cuda.get_device_properties(device).multi_processor_count)
+    else:
+        programs = min(sum(tiles), 4)
+    with quiet_interpreter(device):
+        if sum(tiles):
+            _launch_grouped_amax(data, amax_bits, table, members, n, sum(amax_programs), 16)
+        if sum(tiles) and columnwise:
+            jit(_grouped_nvfp4_kernel)[(programs,)](
+                data, out.get("fp4_data", dummy), out.get("scales", dummy), out["columnwise_fp4_data"],
+                out["columnwise_scales"], amax_bits, table, n, sum(tiles), ROWWISE=rowwise, BM=rows, BK=cols, **variant,
+            )  # fmt: skip
+        elif sum(tiles):
+            words = data if data.storage_offset() % 2 == 0 else data.clone()
+            words = words.view({1: torch.int16, 2: torch.int32, 4: torch.int64}[data.element_size()])
+            jit(_grouped_nvfp4_rowwise_kernel)[(programs,)](
+                words, out["fp4_data"], out["scales"], amax_bits, table, n, sum(tiles), BR=rows, NB=cols // 16,
+                V=8 // data.element_size(), **variant,
+            )  # fmt: skip
+    return {name: value.view(torch.float32) if name.endswith("amax") else value for name, value in out.items()}
+
+
+def _fp8_block_grouped(
+    data: torch.Tensor, shapes: list[tuple[int, int]], offsets: list[int], usage: str, block: str
+) -> dict[str, torch.Tensor]:
+    """``group.quantize`` of ``fp8_block`` in one kernel launch for all members (no per-member calls, no copies).
+
+    ``fast.quant.fp8_block``'s kernel body on its tiles (``TILES``), every tile looking up its member in a
+    table: the member's tile of the input, its block maxima (``_amax``), scales (``scale_from_amax``,
+    ``reciprocal``) and codes (``fp8_code``), stored at the member's element offset and into its scale
+    matrices (TE's GEMM-ready shapes, at the member's scale offsets).  Same bits as ``fast.quant.fp8_block``
+    on each member alone: the same device functions on the same values.
+    """
+    n, device, align = len(shapes), data.device, _alignment(shapes)
+    block_m, block_k, num_warps = BLOCK_TILES[_BLOCK_NAMES[block], usage]
+    tiles = [triton.cdiv(m, block_m) * triton.cdiv(k, block_k) if m * k else 0 for m, k in shapes]
+    scale_shapes = [_scale_shapes("fp8_block", block, m, k) for m, k in shapes]
+    columns = [offsets, _offsets(tiles), [m for m, _ in shapes], [k for _, k in shapes]]
+    columns += [_offsets([math.prod(s[side]) for s in scale_shapes]) for side in (0, 1)]
+    table, members = _member_table(columns, device)
+    out: dict[str, torch.Tensor] = {}
+    for prefix, wanted, side in (("", usage != "columnwise", 4), ("columnwise_", usage != "rowwise", 5)):
+        if wanted:
+            out[f"{prefix}data"] = torch.empty(offsets[-1], dtype=torch.uint8, device=device)
+            out[f"{prefix}scale_inv"] = torch.empty(columns[side][-1], dtype=torch.float32, device=device)
+    dummy = next(iter(out.values()))
+    value_for_inf = DTYPE_MAX[str(data.dtype).removeprefix("torch.")]
+    if sum(tiles):
+        with quiet_interpreter(device):
+            jit(_grouped_fp8_block_kernel)[(sum(tiles),)](
+                data, out.get("data", dummy), out.get("scale_inv", dummy), out.get("columnwise_data", dummy),
+                out.get("columnwise_scale_inv", dummy), table, n, 0.0, value_for_inf,
+                POW2=True, **FORMAT_META["float8_e4m3fn"], CORE=rounding_core(device), TWO_D=block == "2d",
+                ROWWISE=usage != "columnwise", COLWISE=usage != "rowwise", INPUT=INPUT_IDS[data.dtype],
+                BLOCK_M=block_m, BLOCK_K=block_k, EVEN=all(m % block_m == 0 and k % block_k == 0 for m, k in shapes),
+                MEMBERS=members, ALIGN=align, num_warps=num_warps,
             )  # fmt: skip
     return out
 
@@ -580,12 +724,13 @@ def _member_of(table_ptr, row, n_members, pid, MEMBERS: tl.constexpr):
 
 def _grouped_amax_kernel(
     x_ptr, amax_bits_ptr, table_ptr, n_members, INPUT: tl.constexpr, BLOCK: tl.constexpr, STEPS: tl.constexpr,
-    MEMBERS: tl.constexpr,
+    MEMBERS: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     member, first = _member_of(table_ptr, 1, n_members, pid, MEMBERS)
-    end = tl.load(table_ptr + member + 1)
-    offsets = tl.load(table_ptr + member) + (pid - first) * (BLOCK * STEPS) + tl.arange(0, BLOCK)
+    end = tl.multiple_of(tl.load(table_ptr + member + 1), ALIGN)
+    begin = tl.multiple_of(tl.load(table_ptr + member), ALIGN)
+    offsets = begin + (pid - first) * (BLOCK * STEPS) + tl.arange(0, BLOCK)
     running = tl.zeros([BLOCK], tl.float32)
     for _ in range(STEPS):
         _, bits = float32_bits(tl.load(x_ptr + offsets, mask=offsets < end, other=0), INPUT)
@@ -600,12 +745,20 @@ def _grouped_cast_kernel(
     epsilon, value_for_inf, FP8_MAX: tl.constexpr, MANTISSA_BITS: tl.constexpr, BIAS: tl.constexpr,
     MAX_CODE: tl.constexpr, MAX_BITS: tl.constexpr, MAGIC: tl.constexpr, CORE: tl.constexpr, ROWWISE: tl.constexpr,
     COLWISE: tl.constexpr, INPUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, MEMBERS: tl.constexpr,
+    ALIGN: tl.constexpr,
 ):  # fmt: skip
+    if tl.program_id(0) == 0:  # every member's amax, scale and scale_inv
+        index = tl.arange(0, MEMBERS)
+        valid = index < n_members
+        amaxes = tl.load(amax_bits_ptr + index, mask=valid, other=0).to(tl.float32, bitcast=True)
+        scales = scale_from_amax(amaxes, epsilon, value_for_inf, FP8_MAX, MAX_BITS, False)
+        tl.store(amax_ptr + index, amaxes, mask=valid)
+        tl.store(scale_ptr + index, scales, mask=valid)
+        tl.store(scale_inv_ptr + index, reciprocal(scales, False), mask=valid)
     pid = tl.program_id(0)
     member, first = _member_of(table_ptr, 4, n_members, pid, MEMBERS)
-    begin = tl.load(table_ptr + member)
-    m, k = tl.load(table_ptr + 2 * MEMBERS + member), tl.load(table_ptr + 3 * MEMBERS + member)
-    local = pid - first
+    begin, m, k = _member_dims(table_ptr, member, MEMBERS, ALIGN)
+    local = (pid - first).to(tl.int32)
     k_tiles = tl.cdiv(k, BLOCK_K)
     rows = (local // k_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = (local % k_tiles) * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -615,13 +768,199 @@ def _grouped_cast_kernel(
     value = bits.to(tl.float32, bitcast=True)
     amax = tl.load(amax_bits_ptr + member).to(tl.float32, bitcast=True)
     scale = scale_from_amax(amax, epsilon, value_for_inf, FP8_MAX, MAX_BITS, False)
-    if local == 0:
-        tl.store(amax_ptr + member, amax)
-        tl.store(scale_ptr + member, scale)
-        tl.store(scale_inv_ptr + member, reciprocal(scale, False))
     code = fp8_code(value * scale, MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
     if ROWWISE:
         tl.store(data_ptr + begin + rows.to(tl.int64)[:, None] * k + cols[None, :], code, mask=mask)
     if COLWISE:
         where = begin + cols.to(tl.int64)[:, None] * m + rows[None, :]
         tl.store(columnwise_ptr + where, tl.trans(code), mask=tl.trans(mask))
+
+
+@device
+def _member_dims(table_ptr, member, MEMBERS: tl.constexpr, ALIGN: tl.constexpr):
+    """The member's element offset (int64), M and K (int32) from table rows 0, 2 and 3, each a multiple of
+    ALIGN (a hint: the compiler vectorises loads and stores of rows it knows to be aligned)."""
+    begin = tl.multiple_of(tl.load(table_ptr + member), ALIGN)
+    m = tl.multiple_of(tl.load(table_ptr + 2 * MEMBERS + member).to(tl.int32), ALIGN)
+    k = tl.multiple_of(tl.load(table_ptr + 3 * MEMBERS + member).to(tl.int32), ALIGN)
+    return begin, m, k
+
+
+@device
+def _nvfp4_operand_tile(
+    values, row0, col0, n_rows, n_cols, data_stride, scale_stride, p0, p1, data_ptr, scales_ptr, BR: tl.constexpr,
+    BC: tl.constexpr, TILE_2D: tl.constexpr, EVEN: tl.constexpr, SANITIZE: tl.constexpr,
+):  # fmt: skip
+    """Block scales and packed E2M1 bytes (TE rule, nearest even) of the ``[BR, BC]`` tile ``values`` at
+    ``(row0, col0)`` of an ``[n_rows, n_cols]`` operand whose data rows are ``data_stride`` (``n_cols / 2``)
+    and scale rows ``scale_stride`` bytes apart."""
+    r = tl.arange(0, BR)
+    row_ok = (row0 + r) < n_rows
+    blocks = _abs_max(tl.reshape(values, [BR, BC // 16, 16]), 2, 0, SANITIZE)
+    if TILE_2D:
+        tiles = _abs_max(tl.reshape(blocks, [BR // 16, 16, BC // 16]), 1, 0, SANITIZE)
+        blocks = tl.reshape(tl.broadcast_to(tiles[:, None, :], [BR // 16, 16, BC // 16]), [BR, BC // 16])
+    code, encode = _block_scale(blocks, p0, p1, 0, False)
+    s = tl.arange(0, BC // 16)
+    s_pointers = scales_ptr + (row0 + r).to(tl.int64)[:, None] * scale_stride + (col0 // 16 + s)[None, :]
+    d = tl.arange(0, BC // 2)
+    d_pointers = data_ptr + (row0 + r).to(tl.int64)[:, None] * data_stride + (col0 // 2 + d)[None, :]
+    scaled = tl.reshape(tl.reshape(values, [BR, BC // 16, 16]) * encode[:, :, None], [BR, BC])
+    low, high = tl.split(tl.reshape(_e2m1_rne_raw(scaled), [BR, BC // 2, 2]))
+    packed = (low + (high << 4)).to(tl.uint8)  # the codes sit in the low 4 bits: add, not or
+    if EVEN:
+        tl.store(s_pointers, code.to(tl.uint8))
+        tl.store(d_pointers, packed)
+    else:
+        tl.store(s_pointers, code.to(tl.uint8), mask=row_ok[:, None] & ((col0 + 16 * s) < n_cols)[None, :])
+        tl.store(d_pointers, packed, mask=row_ok[:, None] & ((col0 + 2 * d) < n_cols)[None, :])
+
+
+@device
+def _member_scales(amax_bits_ptr, member):
+    """``(p0, p1)`` of ``_block_scale`` from the member's amax (TE rule)."""
+    _, p0, p1 = _global_scales(tl.load(amax_bits_ptr + member).to(tl.float32, bitcast=True), 0)
+    return p0, p1
+
+
+def _grouped_nvfp4_kernel(
+    x_ptr, data_ptr, scales_ptr, columnwise_data_ptr, columnwise_scales_ptr, amax_bits_ptr, table_ptr, n_members,
+    tiles, INPUT: tl.constexpr, ROWWISE: tl.constexpr, TILE_2D: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
+    EVEN: tl.constexpr, SANITIZE: tl.constexpr, MEMBERS: tl.constexpr,
+):  # fmt: skip
+    # Both operands (or the columnwise one) of [BM, BK] tiles (BM = 16 divides every member's M), persistent
+    # programs as in fast.quant.nvfp4.
+    if ROWWISE and tl.program_id(0) == 0:  # the columnwise amax of each member is its rowwise one
+        index = tl.arange(0, MEMBERS)
+        valid = index < n_members
+        tl.store(amax_bits_ptr + n_members + index, tl.load(amax_bits_ptr + index, mask=valid), mask=valid)
+    r = tl.arange(0, BM)
+    c = tl.arange(0, BK)
+    for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
+        member, first = _member_of(table_ptr, 4, n_members, tile, MEMBERS)
+        begin, m, k = _member_dims(table_ptr, member, MEMBERS, 16)
+        tiles_k = tl.cdiv(k, BK)
+        local = (tile - first).to(tl.int32)
+        row0 = (local // tiles_k) * BM
+        col0 = (local % tiles_k) * BK
+        pointers = x_ptr + begin + row0.to(tl.int64) * k + (r[:, None] * k + (col0 + c)[None, :])
+        if EVEN:
+            raw = tl.load(pointers, eviction_policy="evict_first")
+        else:
+            raw = tl.load(pointers, mask=(r < BM)[:, None] & ((col0 + c) < k)[None, :], other=0,
+                          eviction_policy="evict_first")  # fmt: skip
+        values = float32_bits(raw, INPUT)[1].to(tl.float32, bitcast=True)
+        p0, p1 = _member_scales(amax_bits_ptr, member)
+        if ROWWISE:
+            _nvfp4_operand_tile(
+                values, row0, col0, m, k, tl.multiple_of(k // 2, 8), (k // 16 + 3) // 4 * 4, p0, p1,
+                data_ptr + tl.multiple_of(begin // 2, 128),
+                scales_ptr + tl.load(table_ptr + 5 * MEMBERS + member), BM, BK, TILE_2D, EVEN, SANITIZE,
+            )  # fmt: skip
+        _nvfp4_operand_tile(
+            tl.trans(values), col0, row0, k, m, tl.multiple_of(m // 2, 8), (m // 16 + 3) // 4 * 4, p0, p1,
+            columnwise_data_ptr + tl.multiple_of(begin // 2, 128),
+            columnwise_scales_ptr + tl.load(table_ptr + 6 * MEMBERS + member), BK, BM, TILE_2D, EVEN, SANITIZE,
+        )  # fmt: skip
+
+
+def _grouped_nvfp4_rowwise_kernel(
+    words_ptr, data_ptr, scales_ptr, amax_bits_ptr, table_ptr, n_members, tiles, INPUT: tl.constexpr,
+    TILE_2D: tl.constexpr, BR: tl.constexpr, NB: tl.constexpr, V: tl.constexpr, EVEN: tl.constexpr,
+    SANITIZE: tl.constexpr, MEMBERS: tl.constexpr,
+):  # fmt: skip
+    # The rowwise operand alone, as fast.quant.nvfp4's rowwise kernel: tiles of BR rows (BR divides every
+    # member's M) by NB blocks of 16, [BR, NB, 8 / V, V] words (two elements each, V words per 16-byte load);
+    # byte i of a member's packed data is its word i.
+    h = tl.arange(0, 8 // V)[None, None, :, None]
+    r = tl.arange(0, BR)
+    b = tl.arange(0, NB)
+    j = tl.arange(0, V)[None, None, None, :]
+    for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
+        member, first = _member_of(table_ptr, 4, n_members, tile, MEMBERS)
+        kw = tl.multiple_of(tl.load(table_ptr + 3 * MEMBERS + member).to(tl.int32) // 2, 8)
+        kb = kw // 8
+        tiles_k = tl.cdiv(kb, NB)
+        local = (tile - first).to(tl.int32)
+        row0 = (local // tiles_k) * BR
+        blk0 = (local % tiles_k) * NB
+        ok = (r < BR)[:, None] & ((blk0 + b) < kb)[None, :]
+        offsets = r[:, None, None, None] * kw + (8 * (blk0 + b))[None, :, None, None] + h * V + j
+        base = tl.multiple_of(tl.load(table_ptr + member) // 2, 128) + row0.to(tl.int64) * kw
+        if EVEN:
+            words = tl.load(words_ptr + base + offsets, eviction_policy="evict_first")
+        else:
+            words = tl.load(words_ptr + base + offsets, mask=ok[:, :, None, None], other=0,
+                            eviction_policy="evict_first")  # fmt: skip
+        lo, hi = _word_halves(words, INPUT)
+        pair = _max2(_magnitude(lo, 0, SANITIZE), _magnitude(hi, 0, SANITIZE), 0)
+        blocks = _abs_max(_abs_max(pair, 3, 0, SANITIZE), 2, 0, SANITIZE)
+        if TILE_2D:
+            tiles_2d = _abs_max(tl.reshape(blocks, [BR // 16, 16, NB]), 1, 0, SANITIZE)
+            blocks = tl.reshape(tl.broadcast_to(tiles_2d[:, None, :], [BR // 16, 16, NB]), [BR, NB])
+        p0, p1 = _member_scales(amax_bits_ptr, member)
+        code, encode = _block_scale(blocks, p0, p1, 0, False)
+        scales = scales_ptr + tl.load(table_ptr + 5 * MEMBERS + member)
+        s_pointers = scales + (row0 + r)[:, None] * ((kb + 3) // 4 * 4) + (blk0 + b)[None, :]
+        enc = encode[:, :, None, None]
+        packed = (_e2m1_rne_raw(lo * enc) + (_e2m1_rne_raw(hi * enc) << 4)).to(tl.uint8)
+        if EVEN:
+            tl.store(s_pointers, code.to(tl.uint8))
+            tl.store(data_ptr + base + offsets, packed)
+        else:
+            tl.store(s_pointers, code.to(tl.uint8), mask=ok)
+            tl.store(data_ptr + base + offsets, packed, mask=ok[:, :, None, None])
+
+
+def _grouped_fp8_block_kernel(
+    x_ptr, data_ptr, scale_inv_ptr, columnwise_ptr, columnwise_scale_inv_ptr, table_ptr, n_members, epsilon,
+    value_for_inf, FP8_MAX: tl.constexpr, POW2: tl.constexpr, MANTISSA_BITS: tl.constexpr, BIAS: tl.constexpr,
+    MAX_CODE: tl.constexpr, MAX_BITS: tl.constexpr, MAGIC: tl.constexpr, CORE: tl.constexpr, TWO_D: tl.constexpr,
+    ROWWISE: tl.constexpr, COLWISE: tl.constexpr, INPUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN: tl.constexpr, MEMBERS: tl.constexpr, ALIGN: tl.constexpr,
+):  # fmt: skip
+    # fast.quant.fp8_block's kernel on the member's tile: its [M, K], offsets and scale matrices from the table.
+    member, first = _member_of(table_ptr, 1, n_members, tl.program_id(0), MEMBERS)
+    begin, M, K = _member_dims(table_ptr, member, MEMBERS, ALIGN)
+    x_ptr += begin
+    data_ptr += begin
+    columnwise_ptr += begin
+    scale_inv_ptr += tl.load(table_ptr + 4 * MEMBERS + member)
+    columnwise_scale_inv_ptr += tl.load(table_ptr + 5 * MEMBERS + member)
+    if TWO_D:  # [ceil(M / 128), round4(ceil(K / 128))] and [ceil(K / 128), round4(ceil(M / 128))]
+        scale_stride = (tl.cdiv(K, 128) + 3) // 4 * 4
+        columnwise_scale_stride = (tl.cdiv(M, 128) + 3) // 4 * 4
+    else:  # [ceil(K / 128), round4(M)] and [ceil(M / 128), round4(K)]
+        scale_stride = (M + 3) // 4 * 4
+        columnwise_scale_stride = (K + 3) // 4 * 4
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    local = (tl.program_id(0) - first).to(tl.int32)
+    pid_m, pid_k = local // k_tiles, local % k_tiles
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    value = _load_rows(x_ptr, rows, cols, M, K, INPUT, EVEN)
+    data_ptrs = data_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :]
+    if TWO_D:  # one scale for the tile
+        amax = tl.max(_amax(value, 1), axis=0)
+        scale = scale_from_amax(amax, epsilon, value_for_inf, FP8_MAX, MAX_BITS, POW2)
+        code = fp8_code(value * scale, MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
+        inverse = reciprocal(scale, POW2)
+        if ROWWISE:
+            _store_tile(data_ptrs, code, rows, cols, M, K, EVEN)
+            tl.store(scale_inv_ptr + pid_m * scale_stride + pid_k, inverse)
+        if COLWISE:
+            tl.store(columnwise_scale_inv_ptr + pid_k * columnwise_scale_stride + pid_m, inverse)
+    else:
+        if ROWWISE:  # 1x128 blocks along the rows
+            row_scale = scale_from_amax(_amax(value, 1), epsilon, value_for_inf, FP8_MAX, MAX_BITS, POW2)
+            row_code = fp8_code(value * row_scale[:, None], MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
+            _store_tile(data_ptrs, row_code, rows, cols, M, K, EVEN)
+            tl.store(scale_inv_ptr + pid_k * scale_stride + rows, reciprocal(row_scale, POW2), mask=rows < M)
+        if COLWISE:  # 128x1 blocks down the columns
+            scale = scale_from_amax(_amax(value, 0), epsilon, value_for_inf, FP8_MAX, MAX_BITS, POW2)
+            code = fp8_code(value * scale[None, :], MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
+            inverse = reciprocal(scale, POW2)
+            tl.store(columnwise_scale_inv_ptr + pid_m * columnwise_scale_stride + cols, inverse, mask=cols < K)
+    if COLWISE:  # stored transposed: the column blocks run along the rows of columnwise_data
+        column_ptrs = columnwise_ptr + cols.to(tl.int64)[:, None] * M + rows[None, :]
+        _store_tile(column_ptrs, tl.trans(code), cols, rows, K, M, EVEN)

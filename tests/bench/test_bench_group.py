@@ -1,10 +1,9 @@
 """Benchmarks of grouped quantization (``group.quantize``): 8 experts x [4096, 7168] bfloat16 on the GPU.
 
 Each recipe (TE defaults, 1d blocks) quantizes the grouped buffer with ``fast.group.quantize`` (MXFP8: one
-call on the stacked experts, whose outputs are the grouped buffers; FP8 blockwise: one call on the stacked
-experts and one copy of each buffer that holds them side by side, the rowwise scales and, with ``both``, the
-columnwise data; FP8 current scaling: two grouped kernels for all experts; NVFP4: the recipe's Triton
-kernels once per member, each member's outputs copied into its slots of the grouped buffers), timed with
+call on the stacked experts, whose outputs are the grouped buffers; FP8 blockwise: one grouped kernel over
+every expert's tiles; FP8 current scaling and NVFP4: two grouped kernels, an amax per expert, then the cast
+or quantize of every expert's tiles), timed with
 CUDA events beside the device-to-device copy bandwidth (``conftest.py``), and, in the same session, the same
 quantizer on one [32768, 7168] tensor of the same total size (``single``).  Bytes moved are the fewest a
 quantizer must move (the input read once, per-tensor current scaling twice: its amax pass reads it too; each

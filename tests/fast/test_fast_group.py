@@ -179,23 +179,32 @@ def test_quantize_triton_kernels_match_reference(monkeypatch: pytest.MonkeyPatch
     assert_matches(quantize(tensor, **kwargs), reference.group.quantize(carrier, **kwargs), str(kwargs))
 
 
-@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+GROUPED_KERNEL_DIMS = {"fp8_tensor": [0, 1, 7, 64, 65, 130], "fp8_block": [0, 1, 7, 64, 65, 130, 256],
+                      "nvfp4": [0, 16, 48, 144]}  # fmt: skip
+"""Member dims of the grouped kernels' fuzzed cases: empty members, tails of every tile, whole tiles."""
+
+
+@pytest.mark.parametrize(("recipe", "block"), [("fp8_tensor", "none"), ("fp8_block", "1d"), ("fp8_block", "2d"),
+                                               ("nvfp4", "1d"), ("nvfp4", "2d")])  # fmt: skip
+@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_fp8_tensor_grouped_kernels_match_reference(monkeypatch: pytest.MonkeyPatch, data: Any):
-    """FP8 current scaling on the Triton path: two launches for all members (a table lookup per program),
-    on fuzzed member counts (1 to 9: table widths 2 to 16) and shapes (empty members, ragged tiles)."""
+def test_grouped_kernels_match_reference(monkeypatch: pytest.MonkeyPatch, recipe: str, block: str, data: Any):
+    """FP8 current scaling, FP8 blockwise and NVFP4 on the Triton path: grouped kernels for all members (a
+    table lookup per tile; NVFP4's persistent programs cross members), on fuzzed member counts (1 to 9:
+    table widths 2 to 16) and shapes (empty members, ragged tiles)."""
     pytest.importorskip("triton")
     monkeypatch.setenv(PATH_ENV, "triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(fast.group, "AMAX_CHUNK", (64, 2, 4))  # several amax programs per member
     n = data.draw(st.integers(1, 9), label="num_members")
-    dims = st.lists(st.sampled_from([0, 1, 7, 64, 65, 130]), min_size=n, max_size=n)
+    dims = st.lists(st.sampled_from(GROUPED_KERNEL_DIMS[recipe]), min_size=n, max_size=n)
     first_dims, last_dims = data.draw(dims, label="first_dims"), data.draw(dims, label="last_dims")
     usage = data.draw(st.sampled_from(["both", "rowwise", "columnwise"]), label="usage")
     dtype = data.draw(st.sampled_from(list(DTYPES)), label="dtype")
     total = sum(m * k for m, k in zip(first_dims, last_dims, strict=True))
     tensor, carrier = special_buffer(total, dtype, data.draw(st.integers(0, 2**16), label="seed"))
-    kwargs = {"num_members": n, "first_dims": first_dims, "last_dims": last_dims, "recipe": "fp8_tensor",
-              "block": "none", "usage": usage, "x_dtype": dtype}  # fmt: skip
+    kwargs = {"num_members": n, "first_dims": first_dims, "last_dims": last_dims, "recipe": recipe,
+              "block": block, "usage": usage, "x_dtype": dtype}  # fmt: skip
     assert_matches(quantize(tensor, **kwargs), reference.group.quantize(carrier, **kwargs), str(kwargs))
 
 

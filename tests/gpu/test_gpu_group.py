@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 
 import reference.glu
 import reference.group
+from fast.buffers import quantizer
 from fast.glu import interleave_grouped
-from fast.group import layout, quantize, tp_partition
+from fast.group import _EMPTY_MEMBER, _GROUPED, layout, quantize, tp_partition
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -36,6 +37,10 @@ RAGGED = {
     "nvfp4": ([256, 0, 16, 1024, 80], [512, 64, 48, 160, 16]),
 }
 """Five members per recipe: one empty, none of the others a multiple of 128 in both dims."""
+
+
+def round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
 
 
 @pytest.fixture(autouse=True)
@@ -134,6 +139,40 @@ def test_fuzzed_members_match_reference(recipe: str, block: str, data: Any) -> N
     kwargs = {"num_members": len(first_dims), "first_dims": first_dims, "last_dims": last_dims, "recipe": recipe,
               "block": block, "x_dtype": dtype}  # fmt: skip
     assert_matches(quantize(tensor, **kwargs), reference.group.quantize(carrier, **kwargs), str(kwargs))
+
+
+@pytest.mark.parametrize("usage", ["both", "rowwise", "columnwise"])
+@pytest.mark.parametrize(
+    ("recipe", "block"), [("fp8_tensor", "none"), ("fp8_block", "1d"), ("nvfp4", "1d"), ("nvfp4", "2d")]
+)
+def test_large_members_match_the_member_quantizer(recipe: str, block: str, usage: str) -> None:
+    """The grouped kernels on 67 MB of members (thousands of tiles per member, beyond L2) against the recipe's
+    quantizer on each member alone, byte for byte (these dims leave no scale padding to mask)."""
+    first_dims, last_dims = [2048, 0, 1024, 4096], [7168, 7168, 2064, 4096]
+    shapes = list(zip(first_dims, last_dims, strict=True))
+    tensor, _ = special_buffer(sum(m * k for m, k in shapes), "bfloat16", seed=7)
+    kwargs = {"num_members": 4, "first_dims": first_dims, "last_dims": last_dims, "recipe": recipe, "block": block}
+    got = quantize(tensor, usage=usage, **kwargs)
+    placed = layout(tensor, **kwargs)
+    offsets = placed["offsets"].tolist()
+    member_quantizer = quantizer(recipe, block, usage, "compact")
+    for i, (m, k) in enumerate(shapes):
+        member = member_quantizer(tensor[offsets[i] : offsets[i + 1]].view(m, k)) if m * k else {}
+        for name, (source, placement, _) in _GROUPED[recipe].items():
+            if name not in got:
+                continue
+            if placement == "member":
+                expected = member[source].reshape(()) if m * k else torch.tensor(_EMPTY_MEMBER[name], device="cuda")
+                assert torch.equal(got[name][i], expected), (name, i)
+            elif placement == "scales" and m * k:
+                start = placed["columnwise_scale_offsets" if name.startswith("columnwise") else "scale_offsets"][i]
+                rows, cols = member[source].shape
+                slot = got[name][int(start) :].as_strided((rows, cols), (round_up(cols, 4), 1))
+                assert torch.equal(slot, member[source]), (name, i)
+            elif m * k:
+                per_byte = 2 if placement == "bytes" else 1
+                chunk = got[name][offsets[i] // per_byte : offsets[i + 1] // per_byte]
+                assert torch.equal(chunk, member[source].reshape(-1)), (name, i)
 
 
 def test_layout_tp_partition_and_grouped_interleave_on_cuda() -> None:
