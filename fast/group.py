@@ -523,7 +523,7 @@ def gemm(
     return grouped(a, b, form=form, groups=groups, group_sizes=group_sizes)
 
 
-# %% Grouped kernels (Triton): FP8 current scaling and NVFP4, one launch per pass for all members
+# %% Grouped kernels (Triton): FP8 current scaling, FP8 blockwise and NVFP4, one launch per pass for all members
 
 AMAX_CHUNK: tuple[int, int, int] = (4096, 8, 4)
 """(elements per step, steps, num_warps) of the grouped amax kernel: each program reduces BLOCK * STEPS
@@ -548,7 +548,7 @@ def _member_table(columns: list[list[int]], device: torch.device) -> tuple[torch
 
 def _alignment(shapes: list[tuple[int, int]]) -> int:
     """The largest power of two up to 16 that divides every member's M and K (so every element offset): the
-    kernels' ``ALIGN``, which tells the compiler that rows start on 16-byte boundaries (vector loads)."""
+    kernels' ``ALIGN``, which tells the compiler that rows start at multiples of ALIGN elements (vector loads)."""
     dims = math.gcd(*(d for shape in shapes for d in shape))
     return math.gcd(dims, 16) if dims else 16
 
