@@ -48,7 +48,7 @@ from fast.quant.fp8 import (
     scale_from_amax,
 )
 from fast.quant.fp8_blockwise import TILES as BLOCK_TILES
-from fast.quant.fp8_blockwise import _amax, _load_rows, _store_tile
+from fast.quant.fp8_blockwise import quantize_tile as block_tile
 from fast.quant.nvfp4 import _abs_max, _block_scale, _e2m1_rne_raw, _global_scales, _magnitude, _max2, _word_halves
 
 __all__ = ["layout", "quantize", "split", "stack", "tp_partition"]
@@ -919,7 +919,7 @@ def _grouped_fp8_block_kernel(
     ROWWISE: tl.constexpr, COLWISE: tl.constexpr, INPUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN: tl.constexpr, MEMBERS: tl.constexpr, ALIGN: tl.constexpr,
 ):  # fmt: skip
-    # fast.quant.fp8_block's kernel on the member's tile: its [M, K], offsets and scale matrices from the table.
+    # fast.quant.fp8_block's tile function on the member's tile: its [M, K], offsets and scale matrices from the table.
     member, first = _member_of(table_ptr, 1, n_members, tl.program_id(0), MEMBERS)
     begin, M, K = _member_dims(table_ptr, member, MEMBERS, ALIGN)
     x_ptr += begin
@@ -935,32 +935,8 @@ def _grouped_fp8_block_kernel(
         columnwise_scale_stride = (K + 3) // 4 * 4
     k_tiles = tl.cdiv(K, BLOCK_K)
     local = (tl.program_id(0) - first).to(tl.int32)
-    pid_m, pid_k = local // k_tiles, local % k_tiles
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-    value = _load_rows(x_ptr, rows, cols, M, K, INPUT, EVEN)
-    data_ptrs = data_ptr + rows.to(tl.int64)[:, None] * K + cols[None, :]
-    if TWO_D:  # one scale for the tile
-        amax = tl.max(_amax(value, 1), axis=0)
-        scale = scale_from_amax(amax, epsilon, value_for_inf, FP8_MAX, MAX_BITS, POW2)
-        code = fp8_code(value * scale, MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
-        inverse = reciprocal(scale, POW2)
-        if ROWWISE:
-            _store_tile(data_ptrs, code, rows, cols, M, K, EVEN)
-            tl.store(scale_inv_ptr + pid_m * scale_stride + pid_k, inverse)
-        if COLWISE:
-            tl.store(columnwise_scale_inv_ptr + pid_k * columnwise_scale_stride + pid_m, inverse)
-    else:
-        if ROWWISE:  # 1x128 blocks along the rows
-            row_scale = scale_from_amax(_amax(value, 1), epsilon, value_for_inf, FP8_MAX, MAX_BITS, POW2)
-            row_code = fp8_code(value * row_scale[:, None], MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
-            _store_tile(data_ptrs, row_code, rows, cols, M, K, EVEN)
-            tl.store(scale_inv_ptr + pid_k * scale_stride + rows, reciprocal(row_scale, POW2), mask=rows < M)
-        if COLWISE:  # 128x1 blocks down the columns
-            scale = scale_from_amax(_amax(value, 0), epsilon, value_for_inf, FP8_MAX, MAX_BITS, POW2)
-            code = fp8_code(value * scale[None, :], MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
-            inverse = reciprocal(scale, POW2)
-            tl.store(columnwise_scale_inv_ptr + pid_m * columnwise_scale_stride + cols, inverse, mask=cols < K)
-    if COLWISE:  # stored transposed: the column blocks run along the rows of columnwise_data
-        column_ptrs = columnwise_ptr + cols.to(tl.int64)[:, None] * M + rows[None, :]
-        _store_tile(column_ptrs, tl.trans(code), cols, rows, K, M, EVEN)
+    block_tile(
+        x_ptr, data_ptr, scale_inv_ptr, columnwise_ptr, columnwise_scale_inv_ptr, local // k_tiles, local % k_tiles,
+        M, K, scale_stride, columnwise_scale_stride, epsilon, value_for_inf, FP8_MAX, POW2, MANTISSA_BITS, BIAS,
+        MAX_CODE, MAX_BITS, MAGIC, CORE, TWO_D, ROWWISE, COLWISE, INPUT, BLOCK_M, BLOCK_K, EVEN,
+    )  # fmt: skip

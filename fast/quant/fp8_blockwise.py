@@ -68,7 +68,7 @@ from fast.quant.fp8 import (
     torch_scale_from_amax,
 )
 
-__all__ = ["BLOCKS", "TILES", "bench", "fp8_block"]
+__all__ = ["BLOCKS", "TILES", "bench", "fp8_block", "quantize_tile"]
 
 BLOCKS: tuple[str, ...] = ("1x128", "128x128")
 TILE = 128
@@ -148,9 +148,28 @@ def _fp8_block_kernel(
     BLOCK_K: tl.constexpr,
     EVEN: tl.constexpr,
 ):
-    # The tile is read once; every output (rowwise and columnwise codes, their scales) comes from its registers.
     k_tiles = tl.maximum(tl.cdiv(K, BLOCK_K), 1)
-    pid_m, pid_k = tl.program_id(0) // k_tiles, tl.program_id(0) % k_tiles
+    quantize_tile(
+        x_ptr, data_ptr, scale_inv_ptr, columnwise_ptr, columnwise_scale_inv_ptr, tl.program_id(0) // k_tiles,
+        tl.program_id(0) % k_tiles, M, K, SCALE_STRIDE, COLUMNWISE_SCALE_STRIDE, epsilon, value_for_inf, FP8_MAX,
+        POW2, MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE, TWO_D, ROWWISE, COLWISE, INPUT, BLOCK_M, BLOCK_K,
+        EVEN,
+    )  # fmt: skip
+
+
+@device
+def quantize_tile(
+    x_ptr, data_ptr, scale_inv_ptr, columnwise_ptr, columnwise_scale_inv_ptr, pid_m, pid_k, M, K, SCALE_STRIDE,
+    COLUMNWISE_SCALE_STRIDE, epsilon, value_for_inf, FP8_MAX: tl.constexpr, POW2: tl.constexpr,
+    MANTISSA_BITS: tl.constexpr, BIAS: tl.constexpr, MAX_CODE: tl.constexpr, MAX_BITS: tl.constexpr,
+    MAGIC: tl.constexpr, CORE: tl.constexpr, TWO_D: tl.constexpr, ROWWISE: tl.constexpr, COLWISE: tl.constexpr,
+    INPUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, EVEN: tl.constexpr,
+):  # fmt: skip
+    """Every output of tile ``(pid_m, pid_k)`` of ``x`` ``[M, K]`` (the kernel's arguments, module docstring).
+
+    The tile is read once; every output (rowwise and columnwise codes, their scales) comes from its registers.
+    ``fast.group``'s grouped kernel calls this on each member's tiles with the member's pointers and strides.
+    """
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
     value = _load_rows(x_ptr, rows, cols, M, K, INPUT, EVEN)
