@@ -318,7 +318,9 @@ def _quantize_tile(
 ):
     """Scales, codes and packed bytes of one ``[BR, BC]`` tile of an ``[n_rows, n_cols]`` operand.
 
-    ``EVEN``: the operand is a whole number of tiles, so nothing is masked.
+    ``EVEN``: the operand is a whole number of tiles, so nothing is masked.  Returns the E2M1 codes (as
+    :func:`_e2m1_rne_raw` leaves them) and the E4M3 scale codes (``[BR / 16, BC / 16]`` with ``TILE_2D``, else
+    ``[BR, BC / 16]``), which the transposed operand of 16 x 16 tiles shares.
     """
     r = tl.arange(0, BR)
     c = tl.arange(0, BC)
@@ -334,10 +336,14 @@ def _quantize_tile(
 
     # Block amax, block scale, encode scale.
     blocks = _abs_max(tl.reshape(values, [BR, BC // 16, 16]), 2, RULE, SANITIZE)
-    if TILE_2D:
+    if TILE_2D:  # one scale per 16 x 16 tile (no row amax with these), stored on each of its rows
         tiles = _abs_max(tl.reshape(blocks, [BR // 16, 16, BC // 16]), 1, RULE, SANITIZE)
-        blocks = tl.reshape(tl.broadcast_to(tiles[:, None, :], [BR // 16, 16, BC // 16]), [BR, BC // 16])
-    code, encode = _block_scale(blocks, p0, p1, RULE, ZERO_ENC)
+        tile_code, tile_encode = _block_scale(tiles, p0, p1, RULE, ZERO_ENC)
+        code = tl.reshape(tl.broadcast_to(tile_code[:, None, :], [BR // 16, 16, BC // 16]), [BR, BC // 16])
+        encode = tl.reshape(tl.broadcast_to(tile_encode[:, None, :], [BR // 16, 16, BC // 16]), [BR, BC // 16])
+    else:
+        code, encode = _block_scale(blocks, p0, p1, RULE, ZERO_ENC)
+        tile_code = code
     s = tl.arange(0, BC // 16)
     s_pointers = scales_ptr + row_base * (n_cols // 16) + (r[:, None] * (n_cols // 16) + (col0 // 16 + s)[None, :])
     if EVEN:
@@ -365,6 +371,7 @@ def _quantize_tile(
         tl.store(d_pointers, packed)
     else:
         tl.store(d_pointers, packed, mask=row_ok[:, None] & ((col0 + 2 * d) < n_cols)[None, :])
+    return q, tile_code
 
 
 @device
@@ -433,8 +440,6 @@ def _quantize_columns(
     """
     r = tl.arange(0, BM)
     c = tl.arange(0, BK)
-    g = tl.arange(0, BM // 16)
-    j = tl.arange(0, BM // 2)
     col_ok = (col0 + c) < K
     col_base = col0.to(tl.int64)
     if ROW_AMAX:
@@ -449,16 +454,11 @@ def _quantize_columns(
     blocks = _abs_max(tl.reshape(values, [BM // 16, 16, BK]), 1, RULE, SANITIZE)
     if TILE_2D:
         tiles = _abs_max(tl.reshape(blocks, [BM // 16, BK // 16, 16]), 2, RULE, SANITIZE)
-        blocks = tl.reshape(tl.broadcast_to(tiles[:, :, None], [BM // 16, BK // 16, 16]), [BM // 16, BK])
-    code, encode = _block_scale(blocks, p0, p1, RULE, ZERO_ENC)
-    # Whole tiles: strides and offsets are multiples of the tile, which Triton's stores need to be vectors.
-    s_stride = tl.multiple_of(M // 16, BM // 16) if EVEN else M // 16
-    s_row = tl.multiple_of(row0 // 16, BM // 16) if EVEN else row0 // 16
-    s_pointers = scales_ptr + col_base * s_stride + (c[None, :] * s_stride + (s_row + g)[:, None])
-    if EVEN:
-        tl.store(s_pointers, code.to(tl.uint8))
+        tile_code, tile_encode = _block_scale(tiles, p0, p1, RULE, ZERO_ENC)
+        code = tl.reshape(tl.broadcast_to(tile_code[:, :, None], [BM // 16, BK // 16, 16]), [BM // 16, BK])
+        encode = tl.reshape(tl.broadcast_to(tile_encode[:, :, None], [BM // 16, BK // 16, 16]), [BM // 16, BK])
     else:
-        tl.store(s_pointers, code.to(tl.uint8), mask=col_ok[None, :] & ((row0 + 16 * g) < M)[:, None])
+        code, encode = _block_scale(blocks, p0, p1, RULE, ZERO_ENC)
 
     # Elements.
     scaled = tl.reshape(tl.reshape(values, [BM // 16, 16, BK]) * encode[:, None, :], [BM, BK])
@@ -472,6 +472,29 @@ def _quantize_columns(
             random = tl.load(e_pointers, mask=col_ok[None, :] & ((row0 + r) < M)[:, None], other=0)
         bits = scaled.to(tl.int32, bitcast=True)
         q = round_to_code(bits, bits, random, 1, 1, 28, 8, True, 7, 7, 7, ROUNDING, RANDOM_BITS)
+    _store_columns(q, code, row0, col0, M, K, data_ptr, scales_ptr, BM, BK, EVEN)
+
+
+@device
+def _store_columns(
+    q, code, row0, col0, M, K, data_ptr, scales_ptr, BM: tl.constexpr, BK: tl.constexpr, EVEN: tl.constexpr
+):
+    """Store the columnwise operand of one ``[BM, BK]`` tile of ``x``: E2M1 codes ``q [BM, BK]`` (the code in the
+    low 4 bits, zeros from bit 4 to 17) as bytes of row pairs into ``[K, M / 2]``, E4M3 codes ``[BM / 16, BK]``
+    into ``[K, M / 16]``."""
+    c = tl.arange(0, BK)
+    g = tl.arange(0, BM // 16)
+    j = tl.arange(0, BM // 2)
+    col_ok = (col0 + c) < K
+    col_base = col0.to(tl.int64)
+    # Whole tiles: strides and offsets are multiples of the tile, which Triton's stores need to be vectors.
+    s_stride = tl.multiple_of(M // 16, BM // 16) if EVEN else M // 16
+    s_row = tl.multiple_of(row0 // 16, BM // 16) if EVEN else row0 // 16
+    s_pointers = scales_ptr + col_base * s_stride + (c[None, :] * s_stride + (s_row + g)[:, None])
+    if EVEN:
+        tl.store(s_pointers, code.to(tl.uint8))
+    else:
+        tl.store(s_pointers, code.to(tl.uint8), mask=col_ok[None, :] & ((row0 + 16 * g) < M)[:, None])
     # Rows 2i and 2i + 1 make byte i: a sum over an axis of 2 (no split, which would need the pair in one thread).
     shift = (tl.arange(0, 2) * 4)[None, :, None]
     packed = tl.sum(tl.reshape(q, [BM // 2, 2, BK]) << shift, axis=1)
@@ -708,6 +731,7 @@ def _nvfp4_quantize_kernel(
     EVEN: tl.constexpr,
     SANITIZE: tl.constexpr,
 ):
+    SHARED: tl.constexpr = ROWWISE and TILE_2D and not RHT and ROUNDING == 0
     tiles_k = tl.cdiv(K, BK)
     tiles = tl.cdiv(M, BM) * tiles_k
     p0 = tl.full([], 0.0, tl.float32)
@@ -726,7 +750,7 @@ def _nvfp4_quantize_kernel(
         col0 = (tile % tiles_k) * BK
         values = _tile_values(_column_tile(x_ptr, tile, M, K, BM, BK, EVEN, "evict_first"), INPUT, BM, BK)
         if ROWWISE:
-            _quantize_tile(
+            q, tile_code = _quantize_tile(
                 values,
                 row0,
                 col0,
@@ -750,7 +774,11 @@ def _nvfp4_quantize_kernel(
                 ZERO_ENC,
                 SANITIZE,
             )
-        if COLUMNWISE:
+        if COLUMNWISE and SHARED:
+            # 16 x 16 tiles, no RHT, round to nearest: x.T has the same tile scales and codes as x (transposed).
+            code = tl.reshape(tl.broadcast_to(tile_code[:, :, None], [BM // 16, BK // 16, 16]), [BM // 16, BK])
+            _store_columns(q, code, row0, col0, M, K, columnwise_data_ptr, columnwise_scales_ptr, BM, BK, EVEN)
+        elif COLUMNWISE:
             t_values = values
             if RHT:
                 t_values = hadamard_16_columns(values, BM, BK)
