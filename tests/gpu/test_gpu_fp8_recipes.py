@@ -30,6 +30,8 @@ F32 = np.float32
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 RAGGED = (2053, 4099)
 """About 8.4M elements: 17 x 33 tiles of 128 with tails of 5 rows and 3 columns."""
+WHOLE_TILES = (1280, 1152)
+"""10 x 9 tiles of 128: the blockwise kernel's unmasked (``EVEN``) form, which RAGGED never reaches."""
 
 
 @pytest.fixture(autouse=True)
@@ -83,19 +85,20 @@ def assert_outputs(got: dict[str, torch.Tensor], expected: dict[str, np.ndarray]
 @pytest.mark.parametrize("block", ["1x128", "128x128"])
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_block_matches_reference(dtype: str, block: str, usage: str) -> None:
-    x, carrier = special_input(RAGGED, dtype, seed=len(dtype))
-    for format, power_2_scale, epsilon in [("float8_e4m3fn", True, 0.0), ("float8_e5m2", False, 1e-4)]:
-        kwargs = {
-            "format": format,
-            "block": block,
-            "usage": usage,
-            "power_2_scale": power_2_scale,
-            "epsilon": epsilon,
-            "x_dtype": dtype,
-        }
-        expected = reference_quant.fp8_block(carrier, **kwargs)
-        for call in ("first", "cached launch"):
-            assert_outputs(fp8_block(x, **kwargs), expected, f"{kwargs} {call}")
+    for shape in (RAGGED, WHOLE_TILES):
+        x, carrier = special_input(shape, dtype, seed=len(dtype))
+        for format, power_2_scale, epsilon in [("float8_e4m3fn", True, 0.0), ("float8_e5m2", False, 1e-4)]:
+            kwargs = {
+                "format": format,
+                "block": block,
+                "usage": usage,
+                "power_2_scale": power_2_scale,
+                "epsilon": epsilon,
+                "x_dtype": dtype,
+            }
+            expected = reference_quant.fp8_block(carrier, **kwargs)
+            for call in ("first", "cached launch"):
+                assert_outputs(fp8_block(x, **kwargs), expected, f"{shape} {kwargs} {call}")
 
 
 @pytest.mark.parametrize("block", ["1x128", "128x128"])
