@@ -49,7 +49,13 @@ from fast.quant.fp8 import (
 )
 from fast.quant.fp8_blockwise import TILES as BLOCK_TILES
 from fast.quant.fp8_blockwise import quantize_tile as block_tile
-from fast.quant.nvfp4 import _abs_max, _block_scale, _e2m1_rne_raw, _global_scales, _magnitude, _max2, _word_halves
+from fast.quant.nvfp4 import _global_scales
+from fast.quant.nvfp4 import _launch_options as _nv_launch_options
+from fast.quant.nvfp4 import _programs as _nv_programs
+from fast.quant.nvfp4 import _Settings as _NvSettings
+from fast.quant.nvfp4 import _tiling as _nv_tiling
+from fast.quant.nvfp4 import quantize_tile as quantize_nvfp4_tile
+from fast.quant.nvfp4 import rowwise_tile as rowwise_nvfp4_tile
 
 __all__ = ["layout", "quantize", "split", "stack", "tp_partition"]
 
@@ -528,10 +534,6 @@ def gemm(
 AMAX_CHUNK: tuple[int, int, int] = (4096, 8, 4)
 """(elements per step, steps, num_warps) of the grouped amax kernel: each program reduces BLOCK * STEPS
 elements of one member and makes one atomic."""
-NVFP4_TILES: dict[str, tuple[int, int, int, int]] = {"rowwise": (2, 2048, 4, 8), "both": (16, 128, 1, 8)}
-"""(rows, columns, num_warps, programs per SM) of the grouped NVFP4 quantize kernels, ``fast.quant.nvfp4``'s
-tiles: the rowwise operand alone in 2 x 2048 tiles read as 16-byte words (16 rows for 16x16 blocks); both
-operands, or the columnwise one, in 16 x 128 tiles of one warp (a thread holds 16 rows of 4 columns)."""
 
 
 def _member_table(columns: list[list[int]], device: torch.device) -> tuple[torch.Tensor, int]:
@@ -617,24 +619,25 @@ def _nvfp4_grouped(
 
     The grouped amax kernel (as for ``fp8_tensor``) gives each member's amax, TE's NaN-ignoring
     ``max|x|``, which is also the amax of its transpose (no Hadamard transform here).  The grouped
-    quantize kernel runs ``fast.quant.nvfp4``'s kernels' work on their tiles (:data:`NVFP4_TILES`),
-    every tile looking up its member in a table: the member's tensor scales from its amax
-    (``_global_scales``), then the block scales and E2M1 codes (``_block_scale``, ``_e2m1_rne_raw``)
-    written at the member's byte offset and into its padded scale matrix (rows ``round_up(K / 16, 4)``
-    and ``round_up(M / 16, 4)`` bytes apart).  Same bits as ``fast.quant.nvfp4`` on each member alone:
-    the same device functions on the same values.
+    quantize kernel runs ``fast.quant.nvfp4``'s tile bodies (:func:`~fast.quant.nvfp4.quantize_tile` for
+    both operands or the columnwise one, :func:`~fast.quant.nvfp4.rowwise_tile` for the rowwise one alone)
+    on that module's tiles, with persistent programs that cross members: each tile gets its member's
+    input, byte and scale offsets, dims, padded scale strides (``round_up(K / 16, 4)`` and
+    ``round_up(M / 16, 4)`` bytes between scale rows) and tensor scales (``_global_scales`` of its amax).
+    Same bits as ``fast.quant.nvfp4`` on each member alone: the same device functions on the same values.
     """
     n, device = len(shapes), data.device
     rowwise, columnwise = usage != "columnwise", usage != "rowwise"
-    rows, cols, num_warps, per_sm = NVFP4_TILES["both" if columnwise else "rowwise"]
-    if block == "2d" and not columnwise:
-        rows = 16
+    settings = _NvSettings(usage, "16x16" if block == "2d" else "1x16", "tensor", False, "rne", "te", "flt_max")
+    launch = _nv_tiling(settings, device, max(m for m, _ in shapes)).quantize
+    rows, cols = launch.rows, launch.cols
+    # EVEN: every tile whole (empty members have none)
     if columnwise:
-        tiles = [m // rows * triton.cdiv(k, cols) for m, k in shapes]
-        even = all(k % cols == 0 for _, k in shapes)
-    else:
-        tiles = [m // rows * triton.cdiv(k // 16, cols // 16) for m, k in shapes]
-        even = all((k // 16) % (cols // 16) == 0 for _, k in shapes)
+        tiles = [triton.cdiv(m, rows) * triton.cdiv(k, cols) for m, k in shapes]
+        even = all(m % rows == 0 and k % cols == 0 for m, k in shapes if m * k)
+    else:  # tiles of rows x cols elements, in blocks of 16
+        tiles = [triton.cdiv(m, rows) * triton.cdiv(k // 16, cols // 16) for m, k in shapes]
+        even = all(m % rows == 0 and (k // 16) % (cols // 16) == 0 for m, k in shapes if m * k)
     chunk, steps, _ = AMAX_CHUNK
     amax_programs = [triton.cdiv(m * k, chunk * steps) for m, k in shapes]
     scale_shapes = [_scale_shapes("nvfp4", block, m, k) for m, k in shapes]
@@ -650,27 +653,18 @@ def _nvfp4_grouped(
             out[f"{prefix}scales"] = torch.empty(columns[5 + side][-1], dtype=torch.uint8, device=device)
             out[f"{prefix}amax"] = amax_bits[-n:] if prefix else amax_bits[:n]
     dummy = amax_bits
-    variant = {"INPUT": INPUT_IDS[data.dtype], "TILE_2D": block == "2d", "EVEN": even, "MEMBERS": members,
-               "SANITIZE": device.type != "cuda", "num_warps": num_warps}  # fmt: skip
-    if device.type == "cuda":  # no floating-point contraction: an FMA would skip the rounding of a product
-        variant["enable_fp_fusion"] = False
-        programs = min(sum(tiles), per_sm * torch.cuda.get_device_properties(device).multi_processor_count)
-    else:
-        programs = min(sum(tiles), 4)
     with quiet_interpreter(device):
         if sum(tiles):
             _launch_grouped_amax(data, amax_bits, table, members, n, sum(amax_programs), 16)
-        if sum(tiles) and columnwise:
-            jit(_grouped_nvfp4_kernel)[(programs,)](
-                data, out.get("fp4_data", dummy), out.get("scales", dummy), out["columnwise_fp4_data"],
-                out["columnwise_scales"], amax_bits, table, n, sum(tiles), ROWWISE=rowwise, BM=rows, BK=cols, **variant,
-            )  # fmt: skip
-        elif sum(tiles):
             words = data if data.storage_offset() % 2 == 0 else data.clone()
             words = words.view({1: torch.int16, 2: torch.int32, 4: torch.int64}[data.element_size()])
-            jit(_grouped_nvfp4_rowwise_kernel)[(programs,)](
-                words, out["fp4_data"], out["scales"], amax_bits, table, n, sum(tiles), BR=rows, NB=cols // 16,
-                V=8 // data.element_size(), **variant,
+            jit(_grouped_nvfp4_kernel)[(_nv_programs(data, sum(tiles), launch.programs_per_sm),)](
+                data, words, out.get("fp4_data", dummy), out.get("scales", dummy),
+                out.get("columnwise_fp4_data", dummy), out.get("columnwise_scales", dummy), amax_bits, table, n,
+                sum(tiles), INPUT=INPUT_IDS[data.dtype],
+                ROWWISE=rowwise, COLUMNWISE=columnwise, TILE_2D=block == "2d", BM=rows, BK=cols,
+                V=8 // data.element_size(), EVEN=even, SANITIZE=device.type != "cuda", MEMBERS=members,
+                **_nv_launch_options(data, launch),
             )  # fmt: skip
     return {name: value.view(torch.float32) if name.endswith("amax") else value for name, value in out.items()}
 
@@ -787,129 +781,76 @@ def _member_dims(table_ptr, member, MEMBERS: tl.constexpr, ALIGN: tl.constexpr):
 
 
 @device
-def _nvfp4_operand_tile(
-    values, row0, col0, n_rows, n_cols, data_stride, scale_stride, p0, p1, data_ptr, scales_ptr, BR: tl.constexpr,
-    BC: tl.constexpr, TILE_2D: tl.constexpr, EVEN: tl.constexpr, SANITIZE: tl.constexpr,
-):  # fmt: skip
-    """Block scales and packed E2M1 bytes (TE rule, nearest even) of the ``[BR, BC]`` tile ``values`` at
-    ``(row0, col0)`` of an ``[n_rows, n_cols]`` operand whose data rows are ``data_stride`` (``n_cols / 2``)
-    and scale rows ``scale_stride`` bytes apart."""
-    r = tl.arange(0, BR)
-    row_ok = (row0 + r) < n_rows
-    blocks = _abs_max(tl.reshape(values, [BR, BC // 16, 16]), 2, 0, SANITIZE)
-    if TILE_2D:
-        tiles = _abs_max(tl.reshape(blocks, [BR // 16, 16, BC // 16]), 1, 0, SANITIZE)
-        blocks = tl.reshape(tl.broadcast_to(tiles[:, None, :], [BR // 16, 16, BC // 16]), [BR, BC // 16])
-    code, encode = _block_scale(blocks, p0, p1, 0, False)
-    s = tl.arange(0, BC // 16)
-    s_pointers = scales_ptr + (row0 + r).to(tl.int64)[:, None] * scale_stride + (col0 // 16 + s)[None, :]
-    d = tl.arange(0, BC // 2)
-    d_pointers = data_ptr + (row0 + r).to(tl.int64)[:, None] * data_stride + (col0 // 2 + d)[None, :]
-    scaled = tl.reshape(tl.reshape(values, [BR, BC // 16, 16]) * encode[:, :, None], [BR, BC])
-    low, high = tl.split(tl.reshape(_e2m1_rne_raw(scaled), [BR, BC // 2, 2]))
-    packed = (low + (high << 4)).to(tl.uint8)  # the codes sit in the low 4 bits: add, not or
-    if EVEN:
-        tl.store(s_pointers, code.to(tl.uint8))
-        tl.store(d_pointers, packed)
-    else:
-        tl.store(s_pointers, code.to(tl.uint8), mask=row_ok[:, None] & ((col0 + 16 * s) < n_cols)[None, :])
-        tl.store(d_pointers, packed, mask=row_ok[:, None] & ((col0 + 2 * d) < n_cols)[None, :])
-
-
-@device
-def _member_scales(amax_bits_ptr, member):
-    """``(p0, p1)`` of ``_block_scale`` from the member's amax (TE rule)."""
-    _, p0, p1 = _global_scales(tl.load(amax_bits_ptr + member).to(tl.float32, bitcast=True), 0)
-    return p0, p1
+def _nvfp4_member(table_ptr, amax_bits_ptr, tile, member, first, begin, m, k, offset, columnwise_offset, p0, p1,
+                  MEMBERS: tl.constexpr):  # fmt: skip
+    """The member of ``tile`` and its table entries, stepping down from ``member`` (whose first tile is
+    ``first``): persistent programs walk the tiles in reverse, so a program's members only decrease, and
+    a tile of the same member costs one comparison.  Returns the member, its first tile, element offset
+    / 256, M / 16, K / 16, scale offsets / 512 (rowwise, columnwise) and ``p0, p1`` (TE rule, from its
+    amax); empty members are stepped over (no tile falls in them).  The offsets and dims come divided by
+    what divides them, so that the caller's products tell the compiler their alignment (vector loads and
+    stores): a ``tl.multiple_of`` hint on a loop-carried value is lost (it has no defining operation)."""
+    while tile < first:
+        member -= 1
+        first = tl.load(table_ptr + 4 * MEMBERS + member).to(tl.int32)
+        begin = tl.load(table_ptr + member) // 256
+        m = tl.load(table_ptr + 2 * MEMBERS + member).to(tl.int32) // 16
+        k = tl.load(table_ptr + 3 * MEMBERS + member).to(tl.int32) // 16
+        offset = tl.load(table_ptr + 5 * MEMBERS + member) // 512
+        columnwise_offset = tl.load(table_ptr + 6 * MEMBERS + member) // 512
+        _, p0, p1 = _global_scales(tl.load(amax_bits_ptr + member).to(tl.float32, bitcast=True), 0)
+    return member, first, begin, m, k, offset, columnwise_offset, p0, p1
 
 
 def _grouped_nvfp4_kernel(
-    x_ptr, data_ptr, scales_ptr, columnwise_data_ptr, columnwise_scales_ptr, amax_bits_ptr, table_ptr, n_members,
-    tiles, INPUT: tl.constexpr, ROWWISE: tl.constexpr, TILE_2D: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
-    EVEN: tl.constexpr, SANITIZE: tl.constexpr, MEMBERS: tl.constexpr,
+    x_ptr, words_ptr, data_ptr, scales_ptr, columnwise_data_ptr, columnwise_scales_ptr, amax_bits_ptr, table_ptr,
+    n_members, tiles, INPUT: tl.constexpr, ROWWISE: tl.constexpr, COLUMNWISE: tl.constexpr, TILE_2D: tl.constexpr,
+    BM: tl.constexpr, BK: tl.constexpr, V: tl.constexpr, EVEN: tl.constexpr, SANITIZE: tl.constexpr,
+    MEMBERS: tl.constexpr,
 ):  # fmt: skip
-    # Both operands (or the columnwise one) of [BM, BK] tiles (BM = 16 divides every member's M), persistent
-    # programs as in fast.quant.nvfp4.
-    if ROWWISE and tl.program_id(0) == 0:  # the columnwise amax of each member is its rowwise one
+    # fast.quant.nvfp4's tile bodies on every member's tiles (table rows: 0 element offsets, 2 M, 3 K, 4 first
+    # tiles, 5 and 6 scale offsets), persistent programs walking all tiles in reverse as that module's kernels do.
+    # The tile is [BM, BK] elements of both operands (or the columnwise one), or, for the rowwise operand alone,
+    # BM rows by BK / 16 blocks read as words.
+    if ROWWISE and COLUMNWISE and tl.program_id(0) == 0:  # the columnwise amax of each member is its rowwise one
         index = tl.arange(0, MEMBERS)
         valid = index < n_members
         tl.store(amax_bits_ptr + n_members + index, tl.load(amax_bits_ptr + index, mask=valid), mask=valid)
-    r = tl.arange(0, BM)
-    c = tl.arange(0, BK)
-    for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
-        member, first = _member_of(table_ptr, 4, n_members, tile, MEMBERS)
-        begin, m, k = _member_dims(table_ptr, member, MEMBERS, 16)
-        tiles_k = tl.cdiv(k, BK)
-        local = (tile - first).to(tl.int32)
-        row0 = (local // tiles_k) * BM
-        col0 = (local % tiles_k) * BK
-        pointers = x_ptr + begin + row0.to(tl.int64) * k + (r[:, None] * k + (col0 + c)[None, :])
-        if EVEN:
-            raw = tl.load(pointers, eviction_policy="evict_first")
-        else:
-            raw = tl.load(pointers, mask=(r < BM)[:, None] & ((col0 + c) < k)[None, :], other=0,
-                          eviction_policy="evict_first")  # fmt: skip
-        values = float32_bits(raw, INPUT)[1].to(tl.float32, bitcast=True)
-        p0, p1 = _member_scales(amax_bits_ptr, member)
-        if ROWWISE:
-            _nvfp4_operand_tile(
-                values, row0, col0, m, k, tl.multiple_of(k // 2, 8), (k // 16 + 3) // 4 * 4, p0, p1,
-                data_ptr + tl.multiple_of(begin // 2, 128),
-                scales_ptr + tl.load(table_ptr + 5 * MEMBERS + member), BM, BK, TILE_2D, EVEN, SANITIZE,
+    # Before the first tile: past the last member (scalar tensors, so that the loop carries fixed types).
+    member = tl.program_id(0) * 0 + n_members
+    first = tl.program_id(0) * 0 + tiles
+    begin = tl.full([], 0, tl.int64)
+    offset = tl.full([], 0, tl.int64)
+    columnwise_offset = tl.full([], 0, tl.int64)
+    m = tl.full([], 0, tl.int32)
+    k = tl.full([], 0, tl.int32)
+    p0 = tl.full([], 0.0, tl.float32)
+    p1 = tl.full([], 0.0, tl.float32)
+    for step in range(tl.program_id(0), tiles, tl.num_programs(0)):
+        tile = tiles - 1 - step
+        member, first, begin, m, k, offset, columnwise_offset, p0, p1 = _nvfp4_member(
+            table_ptr, amax_bits_ptr, tile, member, first, begin, m, k, offset, columnwise_offset, p0, p1, MEMBERS
+        )
+        # Member dims are multiples of 16, offsets of 256 elements and of 512 scale bytes (TE's padded shapes).
+        element = begin * 256
+        byte = begin * 128
+        rows = m * 16
+        cols = k * 16
+        scales = scales_ptr + offset * 512
+        if COLUMNWISE:
+            quantize_nvfp4_tile(
+                x_ptr + element, tile - first, rows, cols, p0, p1, p0, p1, amax_bits_ptr, data_ptr + byte, scales,
+                amax_bits_ptr, amax_bits_ptr, amax_bits_ptr, columnwise_data_ptr + byte,
+                columnwise_scales_ptr + columnwise_offset * 512, amax_bits_ptr, amax_bits_ptr,
+                (cols // 16 + 3) // 4 * 4, (rows // 16 + 3) // 4 * 4, INPUT, ROWWISE, True, TILE_2D, False, False, 0,
+                0, 0, 0, False, BM, BK, EVEN, SANITIZE,
             )  # fmt: skip
-        _nvfp4_operand_tile(
-            tl.trans(values), col0, row0, k, m, tl.multiple_of(m // 2, 8), (m // 16 + 3) // 4 * 4, p0, p1,
-            columnwise_data_ptr + tl.multiple_of(begin // 2, 128),
-            columnwise_scales_ptr + tl.load(table_ptr + 6 * MEMBERS + member), BK, BM, TILE_2D, EVEN, SANITIZE,
-        )  # fmt: skip
-
-
-def _grouped_nvfp4_rowwise_kernel(
-    words_ptr, data_ptr, scales_ptr, amax_bits_ptr, table_ptr, n_members, tiles, INPUT: tl.constexpr,
-    TILE_2D: tl.constexpr, BR: tl.constexpr, NB: tl.constexpr, V: tl.constexpr, EVEN: tl.constexpr,
-    SANITIZE: tl.constexpr, MEMBERS: tl.constexpr,
-):  # fmt: skip
-    # The rowwise operand alone, as fast.quant.nvfp4's rowwise kernel: tiles of BR rows (BR divides every
-    # member's M) by NB blocks of 16, [BR, NB, 8 / V, V] words (two elements each, V words per 16-byte load);
-    # byte i of a member's packed data is its word i.
-    h = tl.arange(0, 8 // V)[None, None, :, None]
-    r = tl.arange(0, BR)
-    b = tl.arange(0, NB)
-    j = tl.arange(0, V)[None, None, None, :]
-    for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
-        member, first = _member_of(table_ptr, 4, n_members, tile, MEMBERS)
-        kw = tl.multiple_of(tl.load(table_ptr + 3 * MEMBERS + member).to(tl.int32) // 2, 8)
-        kb = kw // 8
-        tiles_k = tl.cdiv(kb, NB)
-        local = (tile - first).to(tl.int32)
-        row0 = (local // tiles_k) * BR
-        blk0 = (local % tiles_k) * NB
-        ok = (r < BR)[:, None] & ((blk0 + b) < kb)[None, :]
-        offsets = r[:, None, None, None] * kw + (8 * (blk0 + b))[None, :, None, None] + h * V + j
-        base = tl.multiple_of(tl.load(table_ptr + member) // 2, 128) + row0.to(tl.int64) * kw
-        if EVEN:
-            words = tl.load(words_ptr + base + offsets, eviction_policy="evict_first")
         else:
-            words = tl.load(words_ptr + base + offsets, mask=ok[:, :, None, None], other=0,
-                            eviction_policy="evict_first")  # fmt: skip
-        lo, hi = _word_halves(words, INPUT)
-        pair = _max2(_magnitude(lo, 0, SANITIZE), _magnitude(hi, 0, SANITIZE), 0)
-        blocks = _abs_max(_abs_max(pair, 3, 0, SANITIZE), 2, 0, SANITIZE)
-        if TILE_2D:
-            tiles_2d = _abs_max(tl.reshape(blocks, [BR // 16, 16, NB]), 1, 0, SANITIZE)
-            blocks = tl.reshape(tl.broadcast_to(tiles_2d[:, None, :], [BR // 16, 16, NB]), [BR, NB])
-        p0, p1 = _member_scales(amax_bits_ptr, member)
-        code, encode = _block_scale(blocks, p0, p1, 0, False)
-        scales = scales_ptr + tl.load(table_ptr + 5 * MEMBERS + member)
-        s_pointers = scales + (row0 + r)[:, None] * ((kb + 3) // 4 * 4) + (blk0 + b)[None, :]
-        enc = encode[:, :, None, None]
-        packed = (_e2m1_rne_raw(lo * enc) + (_e2m1_rne_raw(hi * enc) << 4)).to(tl.uint8)
-        if EVEN:
-            tl.store(s_pointers, code.to(tl.uint8))
-            tl.store(data_ptr + base + offsets, packed)
-        else:
-            tl.store(s_pointers, code.to(tl.uint8), mask=ok)
-            tl.store(data_ptr + base + offsets, packed, mask=ok[:, :, None, None])
+            rowwise_nvfp4_tile(
+                words_ptr + byte, amax_bits_ptr, tile - first, rows, cols, p0, p1, data_ptr + byte, scales,
+                amax_bits_ptr, amax_bits_ptr, (cols // 16 + 3) // 4 * 4, INPUT, TILE_2D, False, 0, 0, 0, False, BM,
+                BK // 16, V, EVEN, SANITIZE,
+            )  # fmt: skip
 
 
 def _grouped_fp8_block_kernel(

@@ -208,6 +208,22 @@ def test_grouped_kernels_match_reference(monkeypatch: pytest.MonkeyPatch, recipe
     assert_matches(quantize(tensor, **kwargs), reference.group.quantize(carrier, **kwargs), str(kwargs))
 
 
+@pytest.mark.parametrize("usage", ["both", "rowwise", "columnwise"])
+@pytest.mark.parametrize("block", ["1d", "2d"])
+def test_grouped_nvfp4_kernel_on_whole_tiles(monkeypatch: pytest.MonkeyPatch, block: str, usage: str):
+    """The grouped NVFP4 kernel's unmasked variant (every non-empty member a whole number of fast.quant.nvfp4's
+    tiles: 128 x 64 or 128 x 32 elements, rowwise 2 or 16 rows x 2048), its programs crossing members and an
+    empty one, against the reference."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv(PATH_ENV, "triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    first_dims, last_dims = [128, 0, 128], [2048, 64, 2048]
+    tensor, carrier = special_buffer(2 * 128 * 2048, "bfloat16", seed=3)
+    kwargs = {"num_members": 3, "first_dims": first_dims, "last_dims": last_dims, "recipe": "nvfp4", "block": block,
+              "usage": usage, "x_dtype": "bfloat16"}  # fmt: skip
+    assert_matches(quantize(tensor, **kwargs), reference.group.quantize(carrier, **kwargs), str(kwargs))
+
+
 STACKING = [
     # (recipe, block, first_dims, last_dims, usage, scale_layout, stacked)
     ("mxfp8", "1d", [128, 0, 256, 32], [96] * 4, "both", "compact", True),  # whole 128-row scale tiles between

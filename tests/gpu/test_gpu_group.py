@@ -148,10 +148,25 @@ def test_fuzzed_members_match_reference(recipe: str, block: str, data: Any) -> N
 def test_large_members_match_the_member_quantizer(recipe: str, block: str, usage: str) -> None:
     """The grouped kernels on 67 MB of members (thousands of tiles per member, beyond L2) against the recipe's
     quantizer on each member alone, byte for byte (these dims leave no scale padding to mask)."""
-    first_dims, last_dims = [2048, 0, 1024, 4096], [7168, 7168, 2064, 4096]
+    assert_members_match_the_member_quantizer(recipe, block, usage, [2048, 0, 1024, 4096], [7168, 7168, 2064, 4096])
+
+
+@pytest.mark.parametrize("usage", ["both", "rowwise", "columnwise"])
+@pytest.mark.parametrize("block", ["1d", "2d"])
+def test_nvfp4_whole_tiles_match_the_member_quantizer(block: str, usage: str) -> None:
+    """The grouped NVFP4 kernel's unmasked variant (every member a whole number of fast.quant.nvfp4's tiles: 128 x
+    64 or 128 x 32 elements, rowwise 2 or 16 rows x 2048; an empty member besides) against each member alone."""
+    assert_members_match_the_member_quantizer("nvfp4", block, usage, [256, 0, 128, 384], [4096, 64, 2048, 2048])
+
+
+def assert_members_match_the_member_quantizer(
+    recipe: str, block: str, usage: str, first_dims: list[int], last_dims: list[int]
+) -> None:
+    """``quantize`` of members ``first_dims[i] x last_dims[i]`` equals the recipe's quantizer on each member alone."""
     shapes = list(zip(first_dims, last_dims, strict=True))
     tensor, _ = special_buffer(sum(m * k for m, k in shapes), "bfloat16", seed=7)
-    kwargs = {"num_members": 4, "first_dims": first_dims, "last_dims": last_dims, "recipe": recipe, "block": block}
+    kwargs = {"num_members": len(shapes), "first_dims": first_dims, "last_dims": last_dims, "recipe": recipe,
+              "block": block}  # fmt: skip
     got = quantize(tensor, usage=usage, **kwargs)
     placed = layout(tensor, **kwargs)
     offsets = placed["offsets"].tolist()
