@@ -2,7 +2,8 @@
 # One check-and-benchmark pass on a CUDA machine (the device tool's H100), in one call.
 # Order puts what must come back first; each step is time-boxed:
 #   1. install the carried wheels (.whl: qconform's metadata, pure-Python test deps)
-#   2. conformance runs of $BACKENDS (default: fast torch) at $PROFILE (default: default)
+#   2. conformance runs of $BACKENDS (default: fast torch) at $PROFILE (default: default), each in $SHARDS
+#      parallel shards (default 1) merged into one report
 #   3. GPU tests and benchmarks (tests/gpu/run_gpu_pass.sh)
 #   4. exhaustive sweeps of the rows selected by $SWEEP_SPEC and $SWEEP_WHERE, at most $SWEEP_S seconds
 # Results in $OUT: env.txt, reports.tgz, gpu-junit.xml, bench.json, gpu-pass.log, sweep.log.
@@ -19,11 +20,20 @@ fi
   nproc; } | tee "$OUT/env.txt"
 
 status=0
+# $SHARDS processes per backend (default 1), each on every row of its shard, merged into reports/$backend
+SHARDS=${SHARDS:-1}
 for backend in ${BACKENDS:-fast torch}; do
-  timeout "${RUN_S:-300}" python3 -m conformance.cli run --backend "$backend" --profile "${PROFILE:-default}" \
-    --spec "${SPEC:-*}" --report "reports/$backend" > "reports/$backend.log" 2>&1
+  start=$(date +%s)
+  for i in $(seq 1 "$SHARDS"); do
+    timeout "${RUN_S:-300}" python3 -m conformance.cli run --backend "$backend" --profile "${PROFILE:-default}" \
+      --spec "${SPEC:-*}" --shard "$i/$SHARDS" --report "reports/$backend-$i" --quiet > "reports/$backend-$i.log" 2>&1 &
+  done
+  wait
+  python3 -m conformance.cli report merge --report "reports/$backend" reports/"$backend"-*/report.json \
+    > "reports/$backend.log" 2>&1
   code=$?
-  grep -vE '^\[[0-9]+/[0-9]+\].*: (pass|not-implemented)' "reports/$backend.log" | cut -c1-400
+  cat reports/"$backend"-*.log "reports/$backend.log" | cut -c1-400
+  echo "$backend: $SHARDS shards, wall time $(( $(date +%s) - start )) s"
   [ "$code" -le 1 ] || status=1
 done
 tar czf "$OUT/reports.tgz" reports
