@@ -402,13 +402,10 @@ def hadamard_16_columns(values, BM: tl.constexpr, BK: tl.constexpr):
 @device
 def _column_butterfly(v, BM: tl.constexpr, BK: tl.constexpr, H: tl.constexpr):
     """One float32 butterfly stage on axis 1 (16) of ``v [BM / 16, 16, BK]``: ``v[i], v[i + H] -> v[i] + v[i + H],
-    v[i] - v[i + H]``.  Each sum has one addition (``a + b``, ``a + (-b)``), so the order of the terms is moot."""
-    pairs = tl.reshape(v, [BM // 16 * (8 // H), 2, H, BK])
-    second = (tl.arange(0, 2) == 1)[None, :, None, None]
-    total = tl.sum(pairs, axis=1)
-    difference = tl.sum(tl.where(second, -pairs, pairs), axis=1)
-    joined = tl.where(second, difference[:, None, :, :], total[:, None, :, :])
-    return tl.reshape(joined, [BM // 16, 16, BK])
+    v[i] - v[i + H]``.  The partners are split apart, not summed over an axis of 2: a reduction may start from +0
+    (NumPy's does, so Triton's interpreter's does), which turns ``-0 + -0`` into +0."""
+    a, b = tl.split(tl.permute(tl.reshape(v, [BM // 16 * (8 // H), 2, H, BK]), (0, 2, 3, 1)))
+    return tl.reshape(tl.permute(tl.join(a + b, a - b), (0, 3, 1, 2)), [BM // 16, 16, BK])
 
 
 @device
