@@ -355,6 +355,10 @@ def test_tile_override_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     x, values = bf16_bits((40, 96), seed=10)
     expected = reference_mx(values, format="float8_e4m3fn", scale_rule="floor")
     assert_conforms(mx(x, format="float8_e4m3fn", scale_rule="floor"), expected, "16x64 tile")
+    monkeypatch.setenv("QCONFORM_MX_TILE", "32x64x2x72")  # a register cap: a compile option (none interpreted)
+    x, values = bf16_bits((64, 96), seed=12)
+    expected = reference_mx(values, format="float4_e2m1fn", scale_rule="floor", usage="both")
+    assert_conforms(mx(x, format="float4_e2m1fn", scale_rule="floor", usage="both"), expected, "32x64x2x72 tile")
 
 
 class _FakeCompiled:

@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 PATH_ENV = "QCONFORM_FAST_PATH"
 fast_mx_module = importlib.import_module("fast.quant.mx")
 e2m1_pairs = fast_mx_module._e2m1_pairs
+e2m1_words = fast_mx_module._e2m1_words
 
 
 @pytest.fixture(autouse=True)
@@ -114,7 +115,7 @@ def test_every_tile(monkeypatch: pytest.MonkeyPatch, usage: str) -> None:
     """Every tile the autotuner may pick, on a ragged shape (and an even one), against the reference."""
     rows_of_32 = usage != "rowwise"
     for tile in fast_mx_module._autotune_configs(rows_of_32):
-        monkeypatch.setenv("QCONFORM_MX_TILE", f"{tile.block_m}x{tile.block_k}x{tile.num_warps}")
+        monkeypatch.setenv("QCONFORM_MX_TILE", "x".join(str(part) for part in tile if part is not None))
         for shape in ((544, 608), (1024, 1024)) if rows_of_32 else ((555, 608), (1024, 1024)):
             x, values = blocky(shape, seed=6)
             got = mx(x, format="float4_e2m1fn", scale_rule="even", usage=usage, scale_layout="swizzled")
@@ -163,9 +164,10 @@ def _e2m1_pairs_kernel(values_ptr, packed_ptr, n_pairs, BLOCK: tl.constexpr):
 
 @pytest.mark.parametrize("source", ["bfloat16", "float16"])
 def test_e2m1_pairs_every_value(source: str) -> None:
-    """The float16x2 E2M1 core (``_e2m1_pairs``) against ``reference.cast.fp4`` (saturating RNE, NaN -> +max): every
-    bfloat16 or float16 value (both NaN signs, Inf, subnormals) times powers of two from ``2**-130`` to ``2**100``
-    (which push values through every E2M1 binade, float16 subnormals and float32 subnormals), in shuffled pairs."""
+    """The float16x2 E2M1 core (``_e2m1_pairs``, the kernel's for float16 inputs) against ``reference.cast.fp4``
+    (saturating RNE, NaN -> +max): every bfloat16 or float16 value (both NaN signs, Inf, subnormals) times powers of
+    two from ``2**-130`` to ``2**100`` (which push values through every E2M1 binade, float16 subnormals and float32
+    subnormals), in shuffled pairs."""
     codes = np.arange(1 << 16, dtype=np.uint32)
     base = (codes << 16).view(np.float32) if source == "bfloat16" else codes.astype(np.uint16).view(np.float16)
     with np.errstate(all="ignore"):
@@ -180,6 +182,45 @@ def test_e2m1_pairs_every_value(source: str) -> None:
     bad = np.flatnonzero(got != expected)
     assert bad.size == 0, (
         f"{bad.size} bytes differ; first pair {values[2 * bad[0] : 2 * bad[0] + 2]!r} -> 0x{int(got[bad[0]]):02x}, "
+        f"reference 0x{int(expected[bad[0]]):02x}"
+    )
+
+
+def _e2m1_words_kernel(words_ptr, reciprocal_ptr, packed_ptr, n_words, BLOCK: tl.constexpr):
+    """``_e2m1_words`` of int32 words of bfloat16 pairs and their words of bfloat16 reciprocals."""
+    word = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    words = tl.load(words_ptr + word, mask=word < n_words)
+    reciprocal = tl.load(reciprocal_ptr + word, mask=word < n_words)
+    tl.store(packed_ptr + word, e2m1_words(words, reciprocal), mask=word < n_words)
+
+
+def test_e2m1_words_every_value() -> None:
+    """The bfloat16x2 E2M1 core (``_e2m1_words``, the kernel's for bfloat16 inputs) against ``reference.cast.fp4`` of
+    the float32 product (saturating RNE, NaN -> +max): every bfloat16 value (both NaN signs, Inf, subnormals), 40
+    times, in shuffled pairs, each element with its own reciprocal ``2**(127 - s)`` of a scale byte ``s`` from 0
+    to 254 (``2**-127``, a bfloat16 subnormal, at 254; ``2**126`` and 1, torchao 0.18's reciprocals of 0, among
+    them), which push values through every E2M1 binade and bfloat16 subnormal products."""
+    rng = np.random.default_rng(9)
+    bits = rng.permutation(np.tile(np.arange(1 << 16, dtype=np.uint32), 40))
+    scale = rng.integers(0, 255, bits.size)
+    reciprocal = np.where(scale == 254, 0x40, (254 - scale) << 7).astype(np.uint32)
+    values = (bits << 16).view(np.float32)
+    with np.errstate(all="ignore"):
+        products = (values.astype(np.float64) * (reciprocal << 16).view(np.float32)).astype(np.float32)
+    words = (bits[0::2] | (bits[1::2] << 16)).view(np.int32)
+    reciprocals = (reciprocal[0::2] | (reciprocal[1::2] << 16)).view(np.int32)
+    packed = torch.empty(words.size, dtype=torch.uint8, device="cuda")
+    grid = (-(-words.size // 1024),)
+    jit(_e2m1_words_kernel)[grid](
+        torch.from_numpy(words).cuda(), torch.from_numpy(reciprocals).cuda(), packed, words.size, BLOCK=1024
+    )
+    expected = reference.cast.fp4(products, format="float4_e2m1fn", nan="max")["codes"]
+    expected = expected[0::2] | (expected[1::2] << 4)
+    got = packed.cpu().numpy()
+    bad = np.flatnonzero(got != expected)
+    assert bad.size == 0, (
+        f"{bad.size} bytes differ; first pair {values[2 * bad[0] : 2 * bad[0] + 2]!r} times "
+        f"2**{127 - scale[2 * bad[0]]}, 2**{127 - scale[2 * bad[0] + 1]} -> 0x{int(got[bad[0]]):02x}, "
         f"reference 0x{int(expected[bad[0]]):02x}"
     )
 
