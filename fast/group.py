@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -49,7 +50,8 @@ from fast.quant.fp8 import (
 )
 from fast.quant.fp8_blockwise import TILES as BLOCK_TILES
 from fast.quant.fp8_blockwise import quantize_tile as block_tile
-from fast.quant.nvfp4 import _global_scales
+from fast.quant.nvfp4 import _global_scales, _kept_bytes
+from fast.quant.nvfp4 import _Launch as _NvLaunch
 from fast.quant.nvfp4 import _launch_options as _nv_launch_options
 from fast.quant.nvfp4 import _programs as _nv_programs
 from fast.quant.nvfp4 import _Settings as _NvSettings
@@ -531,9 +533,9 @@ def gemm(
 
 # %% Grouped kernels (Triton): FP8 current scaling, FP8 blockwise and NVFP4, one launch per pass for all members
 
-AMAX_CHUNK: tuple[int, int, int] = (4096, 8, 4)
-"""(elements per step, steps, num_warps) of the grouped amax kernel: each program reduces BLOCK * STEPS
-elements of one member and makes one atomic."""
+AMAX_CHUNK: tuple[int, int, int] = (8192, 8, 4)
+"""(elements per chunk, num_warps, programs per SM) of the grouped amax kernel: persistent programs stride over
+every member's chunks (``fast.quant.nvfp4``'s flat amax pass: 4096 words, 8 warps, 4 per SM)."""
 
 
 def _member_table(columns: list[list[int]], device: torch.device) -> tuple[torch.Tensor, int]:
@@ -555,14 +557,31 @@ def _alignment(shapes: list[tuple[int, int]]) -> int:
     return math.gcd(dims, 16) if dims else 16
 
 
+def _amax_chunks(shapes: list[tuple[int, int]]) -> list[int]:
+    """Each member's chunks of the grouped amax kernel (table row 1, cumulated)."""
+    return [triton.cdiv(m * k, AMAX_CHUNK[0]) for m, k in shapes]
+
+
 def _launch_grouped_amax(
-    data: torch.Tensor, amax_bits: torch.Tensor, table: torch.Tensor, members: int, n: int, programs: int, align: int
+    data: torch.Tensor,
+    amax_bits: torch.Tensor,
+    table: torch.Tensor,
+    members: int,
+    shapes: list[tuple[int, int]],
+    align: int,
+    kept_bytes: int,
 ) -> None:
-    """Each member's ``max|x|`` (NaN ignored) as int32 bits into ``amax_bits[:n]`` (table rows 0 and 1)."""
-    block, steps, num_warps = AMAX_CHUNK
-    jit(_grouped_amax_kernel)[(programs,)](
-        data, amax_bits, table, n, INPUT=INPUT_IDS[data.dtype], BLOCK=block, STEPS=steps, MEMBERS=members,
-        ALIGN=align, num_warps=num_warps,
+    """Each member's ``max|x|`` (NaN ignored) as int32 bits into ``amax_bits[:n]`` (table rows 0 and 1: element
+    offsets and cumulative :func:`_amax_chunks`).  The single quantizer's cache policy: with ``kept_bytes``
+    (NVFP4: 60% of L2, for its quantize pass, which reads those tiles first) the last chunks are loaded
+    evict-last and the rest evict-first; without (FP8), every chunk with the default policy."""
+    block, num_warps, per_sm = AMAX_CHUNK
+    sizes = [m * k for m, k in shapes]
+    chunks = sum(_amax_chunks(shapes))
+    jit(_grouped_amax_kernel)[(_nv_programs(data, chunks, per_sm),)](
+        data, amax_bits, table, chunks, min(chunks, kept_bytes // (block * data.element_size())),
+        INPUT=INPUT_IDS[data.dtype], BLOCK=block, MEMBERS=members, ALIGN=align,
+        EVEN=all(size % block == 0 for size in sizes), STREAM="evict_first" if kept_bytes else "", num_warps=num_warps,
     )  # fmt: skip
 
 
@@ -571,19 +590,20 @@ def _fp8_tensor_grouped(
 ) -> dict[str, torch.Tensor]:
     """``group.quantize`` of ``fp8_tensor`` in two kernel launches for all members (no per-member calls).
 
-    The grouped amax kernel gives each member's ``max|x|`` (NaN ignored) by one atomic per program; the
-    grouped cast kernel is ``fast.quant.fp8``'s cast (``scale_from_amax``, ``reciprocal``, ``fp8_code``,
-    its tiles) with every tile looking up its member in a table, reading the member's amax and writing
-    the member's codes (and their transpose) at the member's offset; its program 0 writes every member's
-    amax, scale and scale_inv (an empty member's amax stays 0: scale 1).  Same bits as
+    The grouped amax kernel gives each member's ``max|x|`` (NaN ignored) by one atomic per program and member
+    (:func:`_launch_grouped_amax`, nothing kept in L2: the cast reads the tiles in ``fast.quant.fp8``'s order);
+    the grouped cast kernel is ``fast.quant.fp8``'s cast (``scale_from_amax``, ``reciprocal``, ``fp8_code``,
+    its tiles) with every tile looking up its member in a table (:func:`_member_of`), reading the member's
+    amax and writing the member's codes (and their transpose) at the member's offset; its program 0 writes
+    every member's amax, scale and scale_inv (an empty member's amax stays 0: scale 1).  Each program
+    derives its scale before it loads its tile: with the tile's values live across the scale's float64
+    division the kernel took 70 registers (32 now, Triton 3.6 for sm_90).  Same bits as
     ``fast.quant.fp8_tensor`` on each member alone: the same device functions on the same values.
     """
     n, device, align = len(shapes), data.device, _alignment(shapes)
-    chunk, steps, _ = AMAX_CHUNK
     block_m, block_k, cast_warps = CAST_TILES[usage]
-    amax_programs = [triton.cdiv(m * k, chunk * steps) for m, k in shapes]
     tiles = [triton.cdiv(m, block_m) * triton.cdiv(k, block_k) if m * k else 0 for m, k in shapes]
-    columns = [offsets, _offsets(amax_programs), [m for m, _ in shapes], [k for _, k in shapes], _offsets(tiles)]
+    columns = [offsets, _offsets(_amax_chunks(shapes)), [m for m, _ in shapes], [k for _, k in shapes], _offsets(tiles)]
     table, members = _member_table(columns, device)
     if sum(tiles):
         out = {name: torch.empty(n, dtype=torch.float32, device=device) for name in ("amax", "scale", "scale_inv")}
@@ -599,9 +619,8 @@ def _fp8_tensor_grouped(
     codes = out.get("data", out.get("columnwise_data"))
     amax_bits = torch.zeros(n, dtype=torch.int32, device=device)
     with quiet_interpreter(device):
-        if sum(amax_programs):
-            _launch_grouped_amax(data, amax_bits, table, members, n, sum(amax_programs), align)
         if sum(tiles):
+            _launch_grouped_amax(data, amax_bits, table, members, shapes, align, 0)
             jit(_grouped_cast_kernel)[(sum(tiles),)](
                 data, out.get("data", codes), out.get("columnwise_data", codes), amax_bits, out["amax"], out["scale"],
                 out["scale_inv"], table, n, 0.0, F32_MAX, **FORMAT_META["float8_e4m3fn"],
@@ -638,10 +657,8 @@ def _nvfp4_grouped(
     else:  # tiles of rows x cols elements, in blocks of 16
         tiles = [triton.cdiv(m, rows) * triton.cdiv(k // 16, cols // 16) for m, k in shapes]
         even = all(m % rows == 0 and (k // 16) % (cols // 16) == 0 for m, k in shapes if m * k)
-    chunk, steps, _ = AMAX_CHUNK
-    amax_programs = [triton.cdiv(m * k, chunk * steps) for m, k in shapes]
     scale_shapes = [_scale_shapes("nvfp4", block, m, k) for m, k in shapes]
-    columns = [offsets, _offsets(amax_programs), [m for m, _ in shapes], [k for _, k in shapes], _offsets(tiles)]
+    columns = [offsets, _offsets(_amax_chunks(shapes)), [m for m, _ in shapes], [k for _, k in shapes], _offsets(tiles)]
     columns += [_offsets([math.prod(s[side]) for s in scale_shapes]) for side in (0, 1)]
     table, members = _member_table(columns, device)
     # int32 amax bits of the members: the rowwise operand's, then (both copies) the columnwise one's copy
@@ -655,7 +672,7 @@ def _nvfp4_grouped(
     dummy = amax_bits
     with quiet_interpreter(device):
         if sum(tiles):
-            _launch_grouped_amax(data, amax_bits, table, members, n, sum(amax_programs), 16)
+            _launch_grouped_amax(data, amax_bits, table, members, shapes, 16, _kept_bytes(data))
             words = data if data.storage_offset() % 2 == 0 else data.clone()
             words = words.view({1: torch.int16, 2: torch.int32, 4: torch.int64}[data.element_size()])
             jit(_grouped_nvfp4_kernel)[(_nv_programs(data, sum(tiles), launch.programs_per_sm),)](
@@ -664,9 +681,22 @@ def _nvfp4_grouped(
                 sum(tiles), INPUT=INPUT_IDS[data.dtype],
                 ROWWISE=rowwise, COLUMNWISE=columnwise, TILE_2D=block == "2d", BM=rows, BK=cols,
                 V=8 // data.element_size(), EVEN=even, SANITIZE=device.type != "cuda", MEMBERS=members,
-                **_nv_launch_options(data, launch),
+                **_resident_options(data, launch),
             )  # fmt: skip
     return {name: value.view(torch.float32) if name.endswith("amax") else value for name, value in out.items()}
+
+
+def _resident_options(data: torch.Tensor, launch: _NvLaunch) -> dict[str, Any]:
+    """``fast.quant.nvfp4``'s launch options, plus on the GPU a register cap where the launched programs would
+    not all be resident: an SM holds 65536 registers, ``programs_per_sm * num_warps * 32`` threads.  The member
+    state that the grouped programs carry costs registers the single kernel does not spend: rowwise (8 programs
+    of 4 warps per SM) took 79 in Triton 3.6 for sm_90, so 6 programs per SM ran and 2 waited (H100, 8 x [4096,
+    7168]: 0.424 ms, 1.11x single); capped at 64, without spills, 0.388 ms."""
+    options = _nv_launch_options(data, launch)
+    cap = 65536 // (launch.programs_per_sm * launch.num_warps * 32)
+    if data.device.type == "cuda" and cap < 255:
+        options["maxnreg"] = cap
+    return options
 
 
 def _fp8_block_grouped(
@@ -716,22 +746,66 @@ def _member_of(table_ptr, row, n_members, pid, MEMBERS: tl.constexpr):
     return member, tl.load(table_ptr + row * MEMBERS + member)
 
 
+@device
+def _amax_member(table_ptr, amax_bits_ptr, chunk, member, first, next_first, begin, end, running,
+                 MEMBERS: tl.constexpr, ALIGN: tl.constexpr):  # fmt: skip
+    """The member of ``chunk``, stepping up from ``member`` (chunks ``first .. next_first - 1``): each step
+    records the running maxima of the member left by one atomic (none for an all-zero maximum: the bits start
+    at 0) and restarts them.  Offsets are carried divided by ``ALIGN`` (a hint on a loop-carried value is lost)."""
+    while chunk >= next_first:
+        best = tl.max(running, axis=0)
+        if best > 0.0:
+            tl.atomic_max(amax_bits_ptr + member, best.to(tl.int32, bitcast=True))
+        running = tl.zeros_like(running)
+        member += 1
+        first = next_first
+        next_first = tl.load(table_ptr + MEMBERS + member + 1).to(tl.int32)
+        begin = tl.load(table_ptr + member) // ALIGN
+        end = tl.load(table_ptr + member + 1) // ALIGN
+    return member, first, next_first, begin, end, running
+
+
+@device
+def _amax_chunk(x_ptr, chunk, first, begin, end, running, INPUT: tl.constexpr, BLOCK: tl.constexpr,
+                ALIGN: tl.constexpr, EVEN: tl.constexpr, EVICTION: tl.constexpr):  # fmt: skip
+    """The running elementwise maxima of ``|x|`` (NaN ignored) after chunk ``chunk`` of the member."""
+    offsets = begin * ALIGN + (chunk - first).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    if EVEN:
+        raw = tl.load(x_ptr + offsets, eviction_policy=EVICTION)
+    else:
+        raw = tl.load(x_ptr + offsets, mask=offsets < end * ALIGN, other=0, eviction_policy=EVICTION)
+    _, bits = float32_bits(raw, INPUT)
+    value = bits.to(tl.float32, bitcast=True)
+    return tl.maximum(running, tl.where(value == value, tl.abs(value), 0.0))
+
+
 def _grouped_amax_kernel(
-    x_ptr, amax_bits_ptr, table_ptr, n_members, INPUT: tl.constexpr, BLOCK: tl.constexpr, STEPS: tl.constexpr,
-    MEMBERS: tl.constexpr, ALIGN: tl.constexpr,
+    x_ptr, amax_bits_ptr, table_ptr, chunks, kept_chunks, INPUT: tl.constexpr, BLOCK: tl.constexpr,
+    MEMBERS: tl.constexpr, ALIGN: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
 ):  # fmt: skip
-    pid = tl.program_id(0)
-    member, first = _member_of(table_ptr, 1, n_members, pid, MEMBERS)
-    end = tl.multiple_of(tl.load(table_ptr + member + 1), ALIGN)
-    begin = tl.multiple_of(tl.load(table_ptr + member), ALIGN)
-    offsets = begin + (pid - first) * (BLOCK * STEPS) + tl.arange(0, BLOCK)
+    # Persistent programs stride over all members' chunks of BLOCK elements (each member's own: table row 1),
+    # forward, so a program's member only grows; the last kept_chunks are loaded evict-last, the rest with the
+    # STREAM policy.  One atomic per program and member.
+    member = tl.program_id(0) * 0
+    first = tl.program_id(0) * 0
+    next_first = tl.load(table_ptr + MEMBERS + 1).to(tl.int32)
+    begin = tl.load(table_ptr) // ALIGN
+    end = tl.load(table_ptr + 1) // ALIGN
     running = tl.zeros([BLOCK], tl.float32)
-    for _ in range(STEPS):
-        _, bits = float32_bits(tl.load(x_ptr + offsets, mask=offsets < end, other=0), INPUT)
-        value = bits.to(tl.float32, bitcast=True)
-        running = tl.maximum(running, tl.where(value == value, tl.abs(value), 0.0))  # NaN ignored
-        offsets += BLOCK
-    tl.atomic_max(amax_bits_ptr + member, tl.max(running, axis=0).to(tl.int32, bitcast=True))
+    first_kept = chunks - kept_chunks
+    for chunk in range(tl.program_id(0), first_kept, tl.num_programs(0)):
+        member, first, next_first, begin, end, running = _amax_member(
+            table_ptr, amax_bits_ptr, chunk, member, first, next_first, begin, end, running, MEMBERS, ALIGN
+        )
+        running = _amax_chunk(x_ptr, chunk, first, begin, end, running, INPUT, BLOCK, ALIGN, EVEN, STREAM)
+    for chunk in range(first_kept + tl.program_id(0), chunks, tl.num_programs(0)):
+        member, first, next_first, begin, end, running = _amax_member(
+            table_ptr, amax_bits_ptr, chunk, member, first, next_first, begin, end, running, MEMBERS, ALIGN
+        )
+        running = _amax_chunk(x_ptr, chunk, first, begin, end, running, INPUT, BLOCK, ALIGN, EVEN, "evict_last")
+    best = tl.max(running, axis=0)
+    if best > 0.0:
+        tl.atomic_max(amax_bits_ptr + member, best.to(tl.int32, bitcast=True))
 
 
 def _grouped_cast_kernel(
@@ -752,6 +826,8 @@ def _grouped_cast_kernel(
     pid = tl.program_id(0)
     member, first = _member_of(table_ptr, 4, n_members, pid, MEMBERS)
     begin, m, k = _member_dims(table_ptr, member, MEMBERS, ALIGN)
+    amax = tl.load(amax_bits_ptr + member).to(tl.float32, bitcast=True)
+    scale = scale_from_amax(amax, epsilon, value_for_inf, FP8_MAX, MAX_BITS, False)
     local = (pid - first).to(tl.int32)
     k_tiles = tl.cdiv(k, BLOCK_K)
     rows = (local // k_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -760,8 +836,6 @@ def _grouped_cast_kernel(
     raw = tl.load(x_ptr + begin + rows.to(tl.int64)[:, None] * k + cols[None, :], mask=mask, other=0)
     _, bits = float32_bits(raw, INPUT)
     value = bits.to(tl.float32, bitcast=True)
-    amax = tl.load(amax_bits_ptr + member).to(tl.float32, bitcast=True)
-    scale = scale_from_amax(amax, epsilon, value_for_inf, FP8_MAX, MAX_BITS, False)
     code = fp8_code(value * scale, MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, CORE)
     if ROWWISE:
         tl.store(data_ptr + begin + rows.to(tl.int64)[:, None] * k + cols[None, :], code, mask=mask)

@@ -190,12 +190,14 @@ GROUPED_KERNEL_DIMS = {"fp8_tensor": [0, 1, 7, 64, 65, 130], "fp8_block": [0, 1,
 @given(data=st.data())
 def test_grouped_kernels_match_reference(monkeypatch: pytest.MonkeyPatch, recipe: str, block: str, data: Any):
     """FP8 current scaling, FP8 blockwise and NVFP4 on the Triton path: grouped kernels for all members (a
-    table lookup per tile; NVFP4's persistent programs cross members), on fuzzed member counts (1 to 9:
-    table widths 2 to 16) and shapes (empty members, ragged tiles)."""
+    table search per tile; the amax pass's and NVFP4's persistent programs cross members, NVFP4's amax pass
+    with an evict-last tail), on fuzzed member counts (1 to 9: table widths 2 to 16) and shapes (empty
+    members, ragged tiles and chunks)."""
     pytest.importorskip("triton")
     monkeypatch.setenv(PATH_ENV, "triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setattr(fast.group, "AMAX_CHUNK", (64, 2, 4))  # several amax programs per member
+    monkeypatch.setattr(fast.group, "AMAX_CHUNK", (64, 2, 4))  # several amax chunks per member and program
+    monkeypatch.setattr(fast.group, "_kept_bytes", lambda x: 3 * 64 * x.element_size())  # NVFP4: 3 evict-last
     n = data.draw(st.integers(1, 9), label="num_members")
     dims = st.lists(st.sampled_from(GROUPED_KERNEL_DIMS[recipe]), min_size=n, max_size=n)
     first_dims, last_dims = data.draw(dims, label="first_dims"), data.draw(dims, label="last_dims")
