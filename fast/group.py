@@ -681,21 +681,22 @@ def _nvfp4_grouped(
                 sum(tiles), INPUT=INPUT_IDS[data.dtype],
                 ROWWISE=rowwise, COLUMNWISE=columnwise, TILE_2D=block == "2d", BM=rows, BK=cols,
                 V=8 // data.element_size(), EVEN=even, SANITIZE=device.type != "cuda", MEMBERS=members,
-                **_resident_options(data, launch),
+                **_resident_options(data, launch, usage, block),
             )  # fmt: skip
     return {name: value.view(torch.float32) if name.endswith("amax") else value for name, value in out.items()}
 
 
-def _resident_options(data: torch.Tensor, launch: _NvLaunch) -> dict[str, Any]:
-    """``fast.quant.nvfp4``'s launch options, plus on the GPU a register cap where the launched programs would
-    not all be resident: an SM holds 65536 registers, ``programs_per_sm * num_warps * 32`` threads.  The member
-    state that the grouped programs carry costs registers the single kernel does not spend: rowwise (8 programs
-    of 4 warps per SM) took 79 in Triton 3.6 for sm_90, so 6 programs per SM ran and 2 waited (H100, 8 x [4096,
-    7168]: 0.424 ms, 1.11x single); capped at 64, without spills, 0.388 ms."""
+def _resident_options(data: torch.Tensor, launch: _NvLaunch, usage: str, block: str) -> dict[str, Any]:
+    """``fast.quant.nvfp4``'s launch options; on the GPU, for the rowwise operand alone in 1x16 blocks, a register
+    cap that keeps every launched program resident (an SM holds 65536 registers, ``programs_per_sm * num_warps *
+    32`` threads: 64 for 8 programs of 4 warps).  The member state that the grouped programs carry costs registers
+    the single kernel does not spend: there (tiles of 2 x 2048, 32 elements a thread) the kernel took 79 in
+    Triton 3.6 for sm_90, so 6 programs per SM ran and 2 waited (H100, 8 x [4096, 7168]: 0.424 ms, 1.11x single);
+    capped at 64, without spills, 0.388 ms.  Not elsewhere: the 16x16 rowwise tile (16 x 2048) spills even
+    uncapped, and the columnwise kernel (217 registers, 2 warps, 6 programs per SM) would spill under its cap."""
     options = _nv_launch_options(data, launch)
-    cap = 65536 // (launch.programs_per_sm * launch.num_warps * 32)
-    if data.device.type == "cuda" and cap < 255:
-        options["maxnreg"] = cap
+    if data.device.type == "cuda" and usage == "rowwise" and block == "1d":
+        options["maxnreg"] = 65536 // (launch.programs_per_sm * launch.num_warps * 32)
     return options
 
 
