@@ -41,13 +41,16 @@ Two passes over ``x``, the fewest a global amax allows:
    :func:`quantize_tile` and :func:`rowwise_tile` (tile, dims, pointers, scale-row strides, the tensor
    scales' ``p0, p1``), which ``fast.group``'s grouped kernel runs on every member's tiles.
 
-All the float arithmetic is the contract's, in float32: IEEE divisions (``tl.div_rn``), products
-that are each rounded once (floating-point contraction is turned off at launch: an FMA would skip
-the rounding of a product), integer bit arithmetic for every cast (no Triton or torch FP8/FP4 cast).
-E2M1 round-to-nearest is :func:`e2m1_rne` (three candidate roundings by float32 magic-number
-additions and their minimum: five integer/compare instructions where the generic ``round_to_code``
-needs about twenty), the E4M3 block scale ``_e4m3_rne`` (bit rounding in place); stochastic
-rounding uses ``fast._triton.round_to_code``.
+All the float arithmetic is the contract's, in float32: IEEE divisions and reciprocals (``tl.div_rn``,
+``rcp.rn.f32``), products that are each rounded once (floating-point contraction is turned off at
+launch: an FMA would skip the rounding of a product).  Compiled, round to nearest makes two E2M1 codes
+per float16x2 sequence (:func:`_e2m1_pairs`: the float32 product rounded to odd at float16's precision,
+so that rounding it again is exact) and the E4M3 block scale is the hardware's saturating conversion
+(:func:`_e4m3_scale`); interpreted (and wherever a tile's layout does not suit the packs of 4), the
+integer bit arithmetic of :func:`e2m1_rne` (three candidate roundings by float32 magic-number additions
+and their minimum) and ``_e4m3_rne`` (bit rounding in place); stochastic rounding uses
+``fast._triton.round_to_code``.  (H100, bfloat16 8192 x 8192, both operands: 38 -> 30 SASS instructions
+per element in Triton 3.6's sm_90 code, 168 registers.)
 
 Paths
 -----
@@ -69,7 +72,18 @@ from typing import Any, NamedTuple
 
 import torch
 
-from fast._triton import PATH_ENV, device, float32_bits, jit, round_to_code, selected_path, tl, triton
+from fast._triton import (
+    PATH_ENV,
+    device,
+    device_modes,
+    float32_bits,
+    fp8_code,
+    jit,
+    round_to_code,
+    selected_path,
+    tl,
+    triton,
+)
 from fast.cast import fp4 as cast_fp4
 from fast.cast import fp8 as cast_fp8
 from fast.pack import nibbles as pack_nibbles
@@ -169,6 +183,91 @@ def _e2m1_rne_raw(scaled):
     t = tl.minimum(tl.minimum(t0, a + 12582914.0), t2)
     negative = scaled.to(tl.int32, bitcast=True) <= -8388608  # 0xFF800000
     return t.to(tl.int32, bitcast=True) + tl.where(negative, 8, 0)
+
+
+@device
+def _e2m1_pairs_interpreted(low, high):
+    """:func:`_e2m1_pairs` as two :func:`_e2m1_rne_raw` and a nibble pack (the interpreter cannot run PTX)."""
+    return (_e2m1_rne_raw(low) + (_e2m1_rne_raw(high) << 4)).to(tl.uint8)
+
+
+@device_modes(interpreted=_e2m1_pairs_interpreted)
+def _e2m1_pairs(low, high):
+    """uint8 ``code(low) | code(high) << 4``: :func:`e2m1_rne` of float32 products ``v = x * enc`` (a product makes
+    every NaN the positive canonical one), two elements per instruction in float16x2 arithmetic.
+
+    Per pair: the float32 bits are rounded to odd at float16's precision (``b | ((b & 0x1FFF) + 0x1FFF)`` sets bit
+    13 where bits 0-12 are not all zero; ``cvt.rz.f16x2.f32`` then drops bits 0-12), so ``h`` lies in the same open
+    interval between float16 neighbours as ``v``, and equals an E2M1 midpoint (0.25, 0.75, ..., 5, all of them
+    float16 values with an even last bit) only if ``v`` does: rounding ``h`` to E2M1 is rounding ``v`` (no double
+    rounding; ``|v|`` below ``2**-14`` gives code 0 either way, beyond 65504 the clamp).  Then, as
+    ``fast.quant.mx._e2m1_pairs``: ``c = min(|h|, 6)`` (NaN -> 6), ``m = 2**-5 * 2**e`` with ``2**e`` the binade of
+    ``max(c, 1)`` (1, 2 or 4: E2M1's step is ``2**(e - 1)``), ``t = c * 2**-14 + m`` (one ``fma``) rounds to nearest
+    even at ``m``'s last place, which is the step times ``2**-14``, and ``t - m`` is the rounded value times
+    ``2**-14``, whose float16 bits 9-11 are the magnitude code; shifted up by 3 beside ``h``'s sign, each half holds
+    its nibble in the top of its byte 1 (the low nibble zero); ``prmt`` gathers those bytes, a product by 17
+    (``y + (y << 4)``, no carries) puts each pair's two nibbles in one byte and a last ``prmt`` gathers those.
+    ``tests/gpu/test_gpu_nvfp4.py`` checks it on every float32 within 2**14 ulps of each E2M1 midpoint and grid
+    point, on every bfloat16 value at many scales and on random float32 patterns.
+    """
+    return tl.inline_asm_elementwise(
+        "{\n.reg .b32 a, b, s, h, c, m, t, x0, x1, x2, x3, y0, y1, six, one, k14;\n.reg .pred p;\n"
+        "mov.b32 six, 0x46004600;\nmov.b32 one, 0x3C003C00;\nmov.b32 k14, 0x04000400;\n"
+        "and.b32 s, $1, 0x1FFF;\nsetp.ne.u32 p, s, 0;\nmov.b32 a, $1;\n@p or.b32 a, a, 0x2000;\n"
+        "and.b32 s, $5, 0x1FFF;\nsetp.ne.u32 p, s, 0;\nmov.b32 b, $5;\n@p or.b32 b, b, 0x2000;\n"
+        "cvt.rz.f16x2.f32 h, b, a;\nabs.f16x2 c, h;\nmin.f16x2 c, c, six;\nmax.f16x2 m, c, one;\n"
+        "and.b32 m, m, 0x7C007C00;\nsub.u32 m, m, 0x14001400;\nfma.rn.f16x2 t, c, k14, m;\n"
+        "sub.rn.f16x2 t, t, m;\nshl.b32 t, t, 3;\nand.b32 s, h, 0x80008000;\nor.b32 x0, t, s;\n"
+        "and.b32 s, $2, 0x1FFF;\nsetp.ne.u32 p, s, 0;\nmov.b32 a, $2;\n@p or.b32 a, a, 0x2000;\n"
+        "and.b32 s, $6, 0x1FFF;\nsetp.ne.u32 p, s, 0;\nmov.b32 b, $6;\n@p or.b32 b, b, 0x2000;\n"
+        "cvt.rz.f16x2.f32 h, b, a;\nabs.f16x2 c, h;\nmin.f16x2 c, c, six;\nmax.f16x2 m, c, one;\n"
+        "and.b32 m, m, 0x7C007C00;\nsub.u32 m, m, 0x14001400;\nfma.rn.f16x2 t, c, k14, m;\n"
+        "sub.rn.f16x2 t, t, m;\nshl.b32 t, t, 3;\nand.b32 s, h, 0x80008000;\nor.b32 x1, t, s;\n"
+        "and.b32 s, $3, 0x1FFF;\nsetp.ne.u32 p, s, 0;\nmov.b32 a, $3;\n@p or.b32 a, a, 0x2000;\n"
+        "and.b32 s, $7, 0x1FFF;\nsetp.ne.u32 p, s, 0;\nmov.b32 b, $7;\n@p or.b32 b, b, 0x2000;\n"
+        "cvt.rz.f16x2.f32 h, b, a;\nabs.f16x2 c, h;\nmin.f16x2 c, c, six;\nmax.f16x2 m, c, one;\n"
+        "and.b32 m, m, 0x7C007C00;\nsub.u32 m, m, 0x14001400;\nfma.rn.f16x2 t, c, k14, m;\n"
+        "sub.rn.f16x2 t, t, m;\nshl.b32 t, t, 3;\nand.b32 s, h, 0x80008000;\nor.b32 x2, t, s;\n"
+        "and.b32 s, $4, 0x1FFF;\nsetp.ne.u32 p, s, 0;\nmov.b32 a, $4;\n@p or.b32 a, a, 0x2000;\n"
+        "and.b32 s, $8, 0x1FFF;\nsetp.ne.u32 p, s, 0;\nmov.b32 b, $8;\n@p or.b32 b, b, 0x2000;\n"
+        "cvt.rz.f16x2.f32 h, b, a;\nabs.f16x2 c, h;\nmin.f16x2 c, c, six;\nmax.f16x2 m, c, one;\n"
+        "and.b32 m, m, 0x7C007C00;\nsub.u32 m, m, 0x14001400;\nfma.rn.f16x2 t, c, k14, m;\n"
+        "sub.rn.f16x2 t, t, m;\nshl.b32 t, t, 3;\nand.b32 s, h, 0x80008000;\nor.b32 x3, t, s;\n"
+        "prmt.b32 y0, x0, x1, 0x7531;\nprmt.b32 y1, x2, x3, 0x7531;\n"
+        "mul.lo.u32 y0, y0, 17;\nmul.lo.u32 y1, y1, 17;\nprmt.b32 $0, y0, y1, 0x7531;\n}",
+        "=r,r,r,r,r,r,r,r,r",
+        [low, high],
+        dtype=tl.uint8,
+        is_pure=True,
+        pack=4,
+    )
+
+
+@device
+def _e4m3_scale_interpreted(target):
+    """:func:`_e4m3_scale` by :func:`_e4m3_rne` (integer arithmetic)."""
+    return _e4m3_rne(target)
+
+
+@device_modes(interpreted=_e4m3_scale_interpreted)
+def _e4m3_scale(target):
+    """``(code, value)`` of :func:`_e4m3_rne`, by the hardware: ``cvt.rn.satfinite.e4m3x2.f32``
+    (``fast._triton.fp8_code``: nearest even, saturating at 448, NaN -> 0x7F, float32 subnormals -> 0, all of them
+    :func:`_e4m3_rne`'s codes for ``target >= 0``) and the exact conversion of the code back to float32."""
+    code = fp8_code(target, False)
+    return code, code.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+
+
+@device
+def _reciprocal_interpreted(d):
+    return tl.div_rn(_full_like(d, 1.0), d)
+
+
+@device_modes(interpreted=_reciprocal_interpreted)
+def _reciprocal(d):
+    """``fl32(1 / d)``, correctly rounded (IEEE, subnormals kept): ``rcp.rn.f32``, the same value as ``div.rn.f32``
+    of 1 in fewer instructions; interpreted, ``tl.div_rn``."""
+    return tl.inline_asm_elementwise("rcp.rn.f32 $0, $1;", "=r,r", [d], dtype=tl.float32, is_pure=True, pack=1)
 
 
 @device
@@ -274,9 +373,9 @@ def _block_scale(block_amax, p0, p1, RULE: tl.constexpr, ZERO_ENC: tl.constexpr)
         scaled = tl.div_rn(block_amax, _full_like(block_amax, 6.0)) if RULE == 1 else block_amax * 0.1666666716337204
         ratio = tl.div_rn(scaled, tl.broadcast_to(p0, scaled.shape))
         target = tl.where(ratio != ratio, ratio, tl.minimum(tl.maximum(ratio, 0.015625), 448.0))
-    code, scale = _e4m3_rne(target)
+    code, scale = _e4m3_scale(target)
     if RULE == 0:
-        encode = tl.minimum(tl.div_rn(_full_like(scale, 1.0), scale * p1), 3.4028234663852886e38)
+        encode = tl.minimum(_reciprocal(scale * p1), 3.4028234663852886e38)
         if ZERO_ENC:
             encode = tl.where(scale == 0.0, 0.0, encode)
     else:
@@ -320,13 +419,17 @@ def _quantize_tile(
     RULE: tl.constexpr,
     ZERO_ENC: tl.constexpr,
     SANITIZE: tl.constexpr,
+    PAIRS: tl.constexpr,
 ):
     """Scales, codes and packed bytes of one ``[BR, BC]`` tile of an ``[n_rows, n_cols]`` operand whose scale rows
     are ``scale_stride`` bytes apart (``n_cols / 16``, or TE's padded ``round_up(n_cols / 16, 4)``).
 
-    ``EVEN``: the operand is a whole number of tiles, so nothing is masked.  Returns the E2M1 codes (as
-    :func:`_e2m1_rne_raw` leaves them) and the E4M3 scale codes (``[BR / 16, BC / 16]`` with ``TILE_2D``, else
-    ``[BR, BC / 16]``), which the transposed operand of 16 x 16 tiles shares.
+    ``EVEN``: the operand is a whole number of tiles, so nothing is masked.  ``PAIRS``: round to nearest by
+    :func:`_e2m1_pairs` (off where the tile's layout holds fewer than 4 pairs of a row in a thread, as after the
+    Hadamard transform: Triton would convert it through shared memory for the packs of 4, 52 barriers a tile
+    instead of 8 in Triton 3.6's sm_90 code and 2.7x the time on the H100).  Returns the E2M1 codes (as
+    :func:`_e2m1_rne_raw` leaves them; the scaled values with ``PAIRS``) and the E4M3 scale codes (``[BR / 16, BC /
+    16]`` with ``TILE_2D``, else ``[BR, BC / 16]``), which the transposed operand of 16 x 16 tiles shares.
     """
     r = tl.arange(0, BR)
     c = tl.arange(0, BC)
@@ -359,20 +462,25 @@ def _quantize_tile(
 
     # Elements.
     scaled = tl.reshape(tl.reshape(values, [BR, BC // 16, 16]) * encode[:, :, None], [BR, BC])
-    if ROUNDING == 0:
-        q = _e2m1_rne_raw(scaled)  # the code in the low 4 bits: the bytes below add, not or
+    q = scaled  # the codes below, unless PAIRS
+    if ROUNDING == 0 and PAIRS:
+        low, high = tl.split(tl.reshape(scaled, [BR, BC // 2, 2]))
+        packed = _e2m1_pairs(low, high)
     else:
-        e_pointers = random_ptr + row_base * n_cols + (r[:, None] * n_cols + (col0 + c)[None, :])
-        if EVEN:
-            random = tl.load(e_pointers)
+        if ROUNDING == 0:
+            q = _e2m1_rne_raw(scaled)  # the code in the low 4 bits: the bytes below add, not or
         else:
-            random = tl.load(e_pointers, mask=row_ok[:, None] & ((col0 + c) < n_cols)[None, :], other=0)
-        bits = scaled.to(tl.int32, bitcast=True)
-        q = round_to_code(bits, bits, random, 1, 1, 28, 8, True, 7, 7, 7, ROUNDING, RANDOM_BITS)
-    low, high = tl.split(tl.reshape(q, [BR, BC // 2, 2]))
+            e_pointers = random_ptr + row_base * n_cols + (r[:, None] * n_cols + (col0 + c)[None, :])
+            if EVEN:
+                random = tl.load(e_pointers)
+            else:
+                random = tl.load(e_pointers, mask=row_ok[:, None] & ((col0 + c) < n_cols)[None, :], other=0)
+            bits = scaled.to(tl.int32, bitcast=True)
+            q = round_to_code(bits, bits, random, 1, 1, 28, 8, True, 7, 7, 7, ROUNDING, RANDOM_BITS)
+        low, high = tl.split(tl.reshape(q, [BR, BC // 2, 2]))
+        packed = (low + (high << 4)).to(tl.uint8)
     d = tl.arange(0, BC // 2)
     d_pointers = data_ptr + row_base * (n_cols // 2) + (r[:, None] * (n_cols // 2) + (col0 // 2 + d)[None, :])
-    packed = (low + (high << 4)).to(tl.uint8)
     if EVEN:
         tl.store(d_pointers, packed)
     else:
@@ -402,10 +510,16 @@ def hadamard_16_columns(values, BM: tl.constexpr, BK: tl.constexpr):
 @device
 def _column_butterfly(v, BM: tl.constexpr, BK: tl.constexpr, H: tl.constexpr):
     """One float32 butterfly stage on axis 1 (16) of ``v [BM / 16, 16, BK]``: ``v[i], v[i + H] -> v[i] + v[i + H],
-    v[i] - v[i + H]``.  The partners are split apart, not summed over an axis of 2: a reduction may start from +0
-    (NumPy's does, so Triton's interpreter's does), which turns ``-0 + -0`` into +0."""
-    a, b = tl.split(tl.permute(tl.reshape(v, [BM // 16 * (8 // H), 2, H, BK]), (0, 2, 3, 1)))
-    return tl.reshape(tl.permute(tl.join(a + b, a - b), (0, 3, 1, 2)), [BM // 16, 16, BK])
+    v[i] - v[i + H]``.  The partners are picked out of the axis of 2 as int32 bits by integer sums (``x + 0`` is
+    ``x``) and added as floats elementwise: a float reduction over the pair may start from +0 (NumPy's does, so
+    Triton's interpreter's; a GPU run gave +0 too), which turns ``-0 + -0`` into +0.  The sums keep the tile's
+    layout, which ``tl.split`` and ``tl.join`` do not (Triton 3.6 converted the tile through shared memory: 52
+    barriers a tile instead of 8, 0.31 -> 0.84 ms for both operands with RHT on the H100)."""
+    pairs = tl.reshape(v, [BM // 16 * (8 // H), 2, H, BK]).to(tl.int32, bitcast=True)
+    first = (tl.arange(0, 2) == 0)[None, :, None, None]
+    a = tl.sum(tl.where(first, pairs, 0), axis=1).to(tl.float32, bitcast=True)[:, None, :, :]
+    b = tl.sum(tl.where(first, 0, pairs), axis=1).to(tl.float32, bitcast=True)[:, None, :, :]
+    return tl.reshape(tl.where(first, a + b, a - b), [BM // 16, 16, BK])
 
 
 @device
@@ -436,12 +550,14 @@ def _quantize_columns(
     RULE: tl.constexpr,
     ZERO_ENC: tl.constexpr,
     SANITIZE: tl.constexpr,
+    PAIRS: tl.constexpr,
 ):
     """Scales, codes and packed bytes of the columnwise operand ``x.T`` from one ``[BM, BK]`` tile of ``x``.
 
     Everything is computed in ``x``'s orientation: a block is 16 rows of one column, a byte a pair of rows; only
     the packed bytes and the block scales are transposed, by the stores (``[K, M / 2]``, and ``[K, M / 16]`` with
-    rows ``scale_stride`` bytes apart).
+    rows ``scale_stride`` bytes apart).  ``PAIRS``: round to nearest by :func:`_e2m1_pairs` (off after the Hadamard
+    transform: see :func:`_quantize_tile`).
     """
     r = tl.arange(0, BM)
     c = tl.arange(0, BK)
@@ -467,9 +583,10 @@ def _quantize_columns(
 
     # Elements.
     scaled = tl.reshape(tl.reshape(values, [BM // 16, 16, BK]) * encode[:, None, :], [BM, BK])
-    if ROUNDING == 0:
-        q = _e2m1_rne_raw(scaled)  # the code in the low 4 bits, zeros up to bit 17: the bytes below add
-    else:
+    q = scaled  # rounded by _store_columns with PAIRS
+    if ROUNDING == 0 and not PAIRS:
+        q = _e2m1_rne_raw(scaled)  # the code in the low 4 bits, zeros up to bit 17: the bytes add
+    elif ROUNDING != 0:
         e_pointers = random_ptr + col_base * M + (c[None, :] * M + (row0 + r)[:, None])
         if EVEN:
             random = tl.load(e_pointers)
@@ -477,7 +594,7 @@ def _quantize_columns(
             random = tl.load(e_pointers, mask=col_ok[None, :] & ((row0 + r) < M)[:, None], other=0)
         bits = scaled.to(tl.int32, bitcast=True)
         q = round_to_code(bits, bits, random, 1, 1, 28, 8, True, 7, 7, 7, ROUNDING, RANDOM_BITS)
-    _store_columns(q, code, row0, col0, M, K, scale_stride, data_ptr, scales_ptr, BM, BK, EVEN)
+    _store_columns(q, code, row0, col0, M, K, scale_stride, data_ptr, scales_ptr, BM, BK, EVEN, ROUNDING == 0 and PAIRS)
 
 
 @device
@@ -494,11 +611,14 @@ def _store_columns(
     BM: tl.constexpr,
     BK: tl.constexpr,
     EVEN: tl.constexpr,
+    PAIRS: tl.constexpr,
 ):
-    """Store the columnwise operand of one ``[BM, BK]`` tile of ``x``: E2M1 codes ``q [BM, BK]`` (the code in the
-    low 4 bits, zeros from bit 4 to 17) as bytes of row pairs into ``[K, M / 2]``, E4M3 codes ``[BM / 16, BK]``
-    into ``[K, M / 16]`` with rows ``scale_stride`` bytes apart (``M / 16``, which whole tiles make a multiple of
-    ``BM / 16``, or TE's padded ``round_up(M / 16, 4)``, equal to it then)."""
+    """Store the columnwise operand of one ``[BM, BK]`` tile of ``x``: E2M1 codes of ``q [BM, BK]`` as bytes of row
+    pairs into ``[K, M / 2]``, E4M3 codes ``[BM / 16, BK]`` into ``[K, M / 16]`` with rows ``scale_stride`` bytes
+    apart (``M / 16``, which whole tiles make a multiple of ``BM / 16``, or TE's padded ``round_up(M / 16, 4)``,
+    equal to it then).  ``q``: with ``PAIRS`` the scaled float32 values, rounded to nearest here by
+    :func:`_e2m1_pairs`, else the codes (in the low 4 bits, zeros from bit 4 to 17).  (The codes are made after
+    the scales' store: Triton 3.6 lays the Hadamard transform's tile out through shared memory otherwise.)"""
     c = tl.arange(0, BK)
     g = tl.arange(0, BM // 16)
     j = tl.arange(0, BM // 2)
@@ -512,16 +632,25 @@ def _store_columns(
         tl.store(s_pointers, code.to(tl.uint8))
     else:
         tl.store(s_pointers, code.to(tl.uint8), mask=col_ok[None, :] & ((row0 + 16 * g) < M)[:, None])
-    # Rows 2i and 2i + 1 make byte i: a sum over an axis of 2 (no split, which would need the pair in one thread).
-    shift = (tl.arange(0, 2) * 4)[None, :, None]
-    packed = tl.sum(tl.reshape(q, [BM // 2, 2, BK]) << shift, axis=1)
+    if PAIRS:
+        # Rows 2i and 2i + 1 make byte i: integer sums over an axis of 2 pick them out (no split, which would need
+        # a layout with the pair in one thread; the sums keep the tile's, and x + 0 is x).
+        pairs = tl.reshape(q.to(tl.int32, bitcast=True), [BM // 2, 2, BK])
+        first = (tl.arange(0, 2) == 0)[None, :, None]
+        low = tl.sum(tl.where(first, pairs, 0), axis=1).to(tl.float32, bitcast=True)
+        high = tl.sum(tl.where(first, 0, pairs), axis=1).to(tl.float32, bitcast=True)
+        packed = _e2m1_pairs(low, high)
+    else:
+        # Rows 2i and 2i + 1 make byte i: a sum over an axis of 2 (no split, which would need the pair in one thread).
+        shift = (tl.arange(0, 2) * 4)[None, :, None]
+        packed = tl.sum(tl.reshape(q, [BM // 2, 2, BK]) << shift, axis=1).to(tl.uint8)
     d_stride = tl.multiple_of(M // 2, BM // 2) if EVEN else M // 2
     d_row = tl.multiple_of(row0 // 2, BM // 2) if EVEN else row0 // 2
     d_pointers = data_ptr + col_base * d_stride + (c[None, :] * d_stride + (d_row + j)[:, None])
     if EVEN:
-        tl.store(d_pointers, packed.to(tl.uint8))
+        tl.store(d_pointers, packed)
     else:
-        tl.store(d_pointers, packed.to(tl.uint8), mask=col_ok[None, :] & ((row0 + 2 * j) < M)[:, None])
+        tl.store(d_pointers, packed, mask=col_ok[None, :] & ((row0 + 2 * j) < M)[:, None])
 
 
 # %% Compute kernels
@@ -792,12 +921,25 @@ def quantize_tile(
             RULE,
             ZERO_ENC,
             SANITIZE,
+            not SHARED,
         )
     if COLUMNWISE and SHARED:
         # 16 x 16 tiles, no RHT, round to nearest: x.T has the same tile scales and codes as x (transposed).
         code = tl.reshape(tl.broadcast_to(tile_code[:, :, None], [BM // 16, BK // 16, 16]), [BM // 16, BK])
         _store_columns(
-            q, code, row0, col0, M, K, columnwise_scale_stride, columnwise_data_ptr, columnwise_scales_ptr, BM, BK, EVEN
+            q,
+            code,
+            row0,
+            col0,
+            M,
+            K,
+            columnwise_scale_stride,
+            columnwise_data_ptr,
+            columnwise_scales_ptr,
+            BM,
+            BK,
+            EVEN,
+            False,
         )
     elif COLUMNWISE:
         t_values = values
@@ -827,6 +969,7 @@ def quantize_tile(
             RULE,
             ZERO_ENC,
             SANITIZE,
+            True,
         )
 
 
@@ -1067,8 +1210,7 @@ def rowwise_tile(
     # Elements: codes of fl32(v * enc), two per byte.
     enc = encode[:, :, None, None]
     if ROUNDING == 0:
-        # The codes sit in the low 4 bits, the bytes below add, not or.
-        packed = _e2m1_rne_raw(lo * enc) + (_e2m1_rne_raw(hi * enc) << 4)
+        packed = _e2m1_pairs(lo * enc, hi * enc)
     else:
         if EVEN:
             random = tl.load(random_ptr + row_base + offsets)
@@ -1079,7 +1221,7 @@ def rowwise_tile(
         s_hi = (hi * enc).to(tl.int32, bitcast=True)
         q_lo = round_to_code(s_lo, s_lo, r_lo, 1, 1, 28, 8, True, 7, 7, 7, ROUNDING, RANDOM_BITS)
         q_hi = round_to_code(s_hi, s_hi, r_hi, 1, 1, 28, 8, True, 7, 7, 7, ROUNDING, RANDOM_BITS)
-        packed = q_lo + (q_hi << 4)
+        packed = (q_lo + (q_hi << 4)).to(tl.uint8)
     if EVEN:
         tl.store(data_ptr + row_base + offsets, packed.to(tl.uint8))
     else:
@@ -1179,6 +1321,11 @@ _BOTH = _Tiling(quantize=_Launch(128, 64, 4, 2), amax=_Launch(1, 4096, 8, 4))
 pass (H100, bfloat16 8192 x 8192: both 0.298 -> 0.191 ms, 16x16 0.287 -> 0.169, RHT 0.486 -> 0.314; 64 x 64
 tiles with 2 warps were level for both).  The tile amax pass (row-scaled amax, Hadamard transform) uses the
 same tiles."""
+_BOTH_3 = _BOTH._replace(quantize=_Launch(128, 64, 4, 3))
+"""Both operands in the single kernel, round to nearest from bfloat16 or float16, per-tensor amax, no RHT: 168
+registers in Triton 3.6 (sm_90) since the float16x2 rounding, so 3 programs of 4 warps fit an SM (H100, bfloat16
+8192 x 8192: 0.1851 -> 0.1696 ms).  Float32 inputs, row amaxes and RHT take 226-255 registers (2 programs), and
+the grouped kernel more than the single one."""
 _COLUMNWISE = _BOTH._replace(quantize=_Launch(128, 32, 2, 6))
 """The columnwise operand alone: 128 x 32 tiles, 2 warps, 6 programs per SM (H100: 0.128 ms, 0.134 with
 ``_BOTH``'s tiles, 0.251 with the 16 x 128 tiles before)."""
@@ -1187,16 +1334,21 @@ _STOCHASTIC = _BOTH._replace(quantize=_Launch(64, 64, 4, 2))
 ``round_to_code`` and the random bits spill registers at 64."""
 
 
-def _tiling(s: _Settings, device_: torch.device, rows: int) -> _Tiling:
-    """The launch shapes of these settings for inputs of ``rows`` rows on ``device_``.  Triton's interpreter pays
-    per program, not per element: large CPU inputs take 128-row tiles there (the same code, other constexprs;
-    small inputs keep the GPU's tiles, which the CPU tests check)."""
+def _tiling(s: _Settings, device_: torch.device, rows: int, dtype: torch.dtype | None = None) -> _Tiling:
+    """The launch shapes of these settings for inputs of ``rows`` rows and type ``dtype`` on ``device_`` (``None``:
+    for ``fast.group``'s grouped kernel, which keeps 2 programs per SM).  Triton's interpreter pays per program,
+    not per element: large CPU inputs take 128-row tiles there (the same code, other constexprs; small inputs keep
+    the GPU's tiles, which the CPU tests check)."""
     if not s.columnwise:
         tiling = _ROWWISE
     elif s.rounding == "stochastic":
         tiling = _STOCHASTIC
+    elif not s.rowwise:
+        tiling = _COLUMNWISE
+    elif dtype in (torch.bfloat16, torch.float16) and s.block == "1x16" and s.amax_scope == "tensor" and not s.rht:
+        tiling = _BOTH_3
     else:
-        tiling = _BOTH if s.rowwise else _COLUMNWISE
+        tiling = _BOTH
     if device_.type != "cuda" and rows >= 1024:
         tiling = tiling._replace(quantize=tiling.quantize._replace(rows=128))
     if s.block == "16x16" and not s.columnwise:
@@ -1391,7 +1543,7 @@ def _quantize_triton(
     """Both passes with the Triton kernels (arguments checked, ``x`` contiguous); ``tiling`` overrides the
     launch shapes (the benchmarks' sweeps)."""
     out = _outputs(x, s)
-    tiling = tiling or _tiling(s, x.device, x.shape[0])
+    tiling = tiling or _tiling(s, x.device, x.shape[0], x.dtype)
     with _interpreter_errstate(x):
         _amax_pass(x, s, out, tiling)
         _quantize_pass(x, s, out, random_bits, columnwise_random_bits, tiling)

@@ -11,6 +11,7 @@ second per operand of 2^23 elements).
 from __future__ import annotations
 
 import functools
+import importlib
 import itertools
 from typing import Any
 
@@ -18,6 +19,8 @@ import numpy as np
 import pytest
 import torch
 
+import reference.cast
+from fast._triton import jit, tl
 from fast.dequant.nvfp4 import nvfp4 as fast_dequantize
 from fast.quant.nvfp4 import PATH_ENV
 from fast.quant.nvfp4 import nvfp4 as fast_nvfp4
@@ -25,6 +28,10 @@ from fast.stochastic import nvfp4 as fast_stochastic
 from reference.dequant.nvfp4 import nvfp4 as reference_dequantize
 from reference.quant.nvfp4 import nvfp4 as reference_nvfp4
 
+quant_module = importlib.import_module("fast.quant.nvfp4")
+e2m1_pairs = quant_module._e2m1_pairs
+e4m3_scale = quant_module._e4m3_scale
+reciprocal = quant_module._reciprocal
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 
@@ -187,3 +194,81 @@ def test_stochastic_with_the_cuda_generator_is_unbiased() -> None:
     lower = np.stack([base["data"] & 15, base["data"] >> 4], axis=-1).reshape(16, 64)
     upper = np.stack([top["data"] & 15, top["data"] >> 4], axis=-1).reshape(16, 64)
     assert ((codes == lower) | (codes == upper)).all()
+
+
+# %% Device functions on the hardware
+
+
+def _device_functions_kernel(
+    values_ptr, packed_ptr, codes_ptr, scales_ptr, reciprocals_ptr, one, n_pairs, BLOCK: tl.constexpr
+):
+    """For pairs of float32 ``v``: ``_e2m1_pairs(v * one)`` (a product, as the kernels pass them: NaN canonical), and
+    on each ``|v|`` ``_e4m3_scale`` (code, value) and ``_reciprocal``."""
+    pair = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = pair < n_pairs
+    offsets = 2 * pair[:, None] + tl.arange(0, 2)[None, :]
+    value = tl.load(values_ptr + offsets, mask=ok[:, None]) * one
+    low, high = tl.split(value)
+    tl.store(packed_ptr + pair, e2m1_pairs(low, high), mask=ok)
+    code, scale = e4m3_scale(tl.abs(value))
+    tl.store(codes_ptr + offsets, code.to(tl.uint8), mask=ok[:, None])
+    tl.store(scales_ptr + offsets, scale, mask=ok[:, None])
+    tl.store(reciprocals_ptr + offsets, reciprocal(tl.abs(value)), mask=ok[:, None])
+
+
+def _probe_values() -> np.ndarray:
+    """float32: every value within 2**14 ulps of each E2M1 midpoint and grid point and of float16's limits (2**-24,
+    2**-14, 65504, 65520), both signs; every bfloat16 value times powers of two from 2**-130 to 2**100 (every E2M1
+    binade, float16 and float32 subnormals, both NaN signs, Inf); 2**20 random float32 patterns."""
+    anchors = np.array([0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6, 2.0**-24, 2.0**-14, 65504, 65520])
+    near = (anchors.astype(np.float32).view(np.int32)[:, None] + np.arange(-(2**14), 2**14 + 1)[None, :]).ravel()
+    near = near.astype(np.int32).view(np.float32)
+    codes = np.arange(1 << 16, dtype=np.uint32)
+    bf16 = (codes << 16).view(np.float32)
+    with np.errstate(all="ignore"):
+        scaled = np.concatenate([(bf16.astype(np.float64) * 2.0**k).astype(np.float32) for k in range(-130, 101, 7)])
+    random = np.random.default_rng(7).integers(0, 2**32, 2**20, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    values = np.concatenate([near, -near, scaled, random])
+    values = values[np.random.default_rng(5).permutation(values.size)]
+    return values[: values.size // 2 * 2]
+
+
+def test_device_functions_against_the_reference() -> None:
+    """``_e2m1_pairs`` (float16x2 after rounding to odd) against ``reference.cast.fp4`` (saturating RNE, NaN -> +6)
+    near every midpoint, where rounding through float16 to nearest would round twice; ``_e4m3_scale`` against
+    ``reference.cast.fp8`` (saturating) and its decoded value; ``_reciprocal`` (``rcp.rn.f32``) against NumPy's
+    float32 ``1 / v`` (IEEE, subnormals kept)."""
+    values = _probe_values()
+    n = values.size
+    device_values = torch.from_numpy(values).cuda()
+    packed = torch.empty(n // 2, dtype=torch.uint8, device="cuda")
+    codes = torch.empty(n, dtype=torch.uint8, device="cuda")
+    scales = torch.empty(n, dtype=torch.float32, device="cuda")
+    reciprocals = torch.empty(n, dtype=torch.float32, device="cuda")
+    grid = (-(-(n // 2) // 1024),)
+    jit(_device_functions_kernel)[grid](device_values, packed, codes, scales, reciprocals, 1.0, n // 2, BLOCK=1024)
+
+    expected = reference.cast.fp4(values, format="float4_e2m1fn", nan="max")["codes"]
+    expected = expected[0::2] | (expected[1::2] << 4)
+    got = packed.cpu().numpy()
+    bad = np.flatnonzero(got != expected)
+    assert bad.size == 0, (
+        f"_e2m1_pairs: {bad.size} bytes differ; first pair {values[2 * bad[0] : 2 * bad[0] + 2]!r} -> "
+        f"0x{int(got[bad[0]]):02x}, reference 0x{int(expected[bad[0]]):02x}"
+    )
+
+    magnitude = np.abs(values)
+    e4m3 = reference.cast.fp8(magnitude, format="float8_e4m3fn", overflow="saturate")["codes"]
+    got_codes = codes.cpu().numpy()
+    nan_code = np.isnan(magnitude)
+    assert ((got_codes == e4m3) | (nan_code & (got_codes == 0x7F))).all(), np.flatnonzero(got_codes != e4m3)[:4]
+    exponent, mantissa = (e4m3.astype(np.int32) >> 3) & 15, e4m3.astype(np.int32) & 7
+    decoded = np.where(exponent == 0, mantissa * 2.0**-9, (1 + mantissa / 8) * 2.0 ** (exponent - 7.0))
+    got_scales = scales.cpu().numpy()
+    assert ((got_scales == decoded.astype(np.float32)) | (nan_code & np.isnan(got_scales))).all()
+
+    with np.errstate(all="ignore"):
+        inverse = np.float32(1) / magnitude
+    got_inverse = reciprocals.cpu().numpy()
+    same = (got_inverse.view(np.uint32) == inverse.view(np.uint32)) | (np.isnan(got_inverse) & np.isnan(inverse))
+    assert same.all(), f"_reciprocal differs at {magnitude[~same][:4]!r}"
