@@ -425,11 +425,10 @@ def _quantize_tile(
     are ``scale_stride`` bytes apart (``n_cols / 16``, or TE's padded ``round_up(n_cols / 16, 4)``).
 
     ``EVEN``: the operand is a whole number of tiles, so nothing is masked.  ``PAIRS``: round to nearest by
-    :func:`_e2m1_pairs` (off where the tile's layout holds fewer than 4 pairs of a row in a thread, as after the
-    Hadamard transform: Triton would convert it through shared memory for the packs of 4, 52 barriers a tile
-    instead of 8 in Triton 3.6's sm_90 code and 2.7x the time on the H100).  Returns the E2M1 codes (as
-    :func:`_e2m1_rne_raw` leaves them; the scaled values with ``PAIRS``) and the E4M3 scale codes (``[BR / 16, BC /
-    16]`` with ``TILE_2D``, else ``[BR, BC / 16]``), which the transposed operand of 16 x 16 tiles shares.
+    :func:`_e2m1_pairs` (off where the codes themselves are needed: the 16 x 16 tiles' shared rounding).  Returns
+    the E2M1 codes (as :func:`_e2m1_rne_raw` leaves them; the scaled values with ``PAIRS``) and the E4M3 scale
+    codes (``[BR / 16, BC / 16]`` with ``TILE_2D``, else ``[BR, BC / 16]``), which the transposed operand of 16 x
+    16 tiles shares.
     """
     r = tl.arange(0, BR)
     c = tl.arange(0, BC)
@@ -550,14 +549,12 @@ def _quantize_columns(
     RULE: tl.constexpr,
     ZERO_ENC: tl.constexpr,
     SANITIZE: tl.constexpr,
-    PAIRS: tl.constexpr,
 ):
     """Scales, codes and packed bytes of the columnwise operand ``x.T`` from one ``[BM, BK]`` tile of ``x``.
 
     Everything is computed in ``x``'s orientation: a block is 16 rows of one column, a byte a pair of rows; only
     the packed bytes and the block scales are transposed, by the stores (``[K, M / 2]``, and ``[K, M / 16]`` with
-    rows ``scale_stride`` bytes apart).  ``PAIRS``: round to nearest by :func:`_e2m1_pairs` (off after the Hadamard
-    transform: see :func:`_quantize_tile`).
+    rows ``scale_stride`` bytes apart).  Round to nearest is :func:`_store_columns`'s (:func:`_e2m1_pairs`).
     """
     r = tl.arange(0, BM)
     c = tl.arange(0, BK)
@@ -583,10 +580,8 @@ def _quantize_columns(
 
     # Elements.
     scaled = tl.reshape(tl.reshape(values, [BM // 16, 16, BK]) * encode[:, None, :], [BM, BK])
-    q = scaled  # rounded by _store_columns with PAIRS
-    if ROUNDING == 0 and not PAIRS:
-        q = _e2m1_rne_raw(scaled)  # the code in the low 4 bits, zeros up to bit 17: the bytes add
-    elif ROUNDING != 0:
+    q = scaled  # round to nearest: by _store_columns
+    if ROUNDING != 0:
         e_pointers = random_ptr + col_base * M + (c[None, :] * M + (row0 + r)[:, None])
         if EVEN:
             random = tl.load(e_pointers)
@@ -594,7 +589,7 @@ def _quantize_columns(
             random = tl.load(e_pointers, mask=col_ok[None, :] & ((row0 + r) < M)[:, None], other=0)
         bits = scaled.to(tl.int32, bitcast=True)
         q = round_to_code(bits, bits, random, 1, 1, 28, 8, True, 7, 7, 7, ROUNDING, RANDOM_BITS)
-    _store_columns(q, code, row0, col0, M, K, scale_stride, data_ptr, scales_ptr, BM, BK, EVEN, ROUNDING == 0 and PAIRS)
+    _store_columns(q, code, row0, col0, M, K, scale_stride, data_ptr, scales_ptr, BM, BK, EVEN, ROUNDING == 0)
 
 
 @device
@@ -617,8 +612,8 @@ def _store_columns(
     pairs into ``[K, M / 2]``, E4M3 codes ``[BM / 16, BK]`` into ``[K, M / 16]`` with rows ``scale_stride`` bytes
     apart (``M / 16``, which whole tiles make a multiple of ``BM / 16``, or TE's padded ``round_up(M / 16, 4)``,
     equal to it then).  ``q``: with ``PAIRS`` the scaled float32 values, rounded to nearest here by
-    :func:`_e2m1_pairs`, else the codes (in the low 4 bits, zeros from bit 4 to 17).  (The codes are made after
-    the scales' store: Triton 3.6 lays the Hadamard transform's tile out through shared memory otherwise.)"""
+    :func:`_e2m1_pairs`, else the codes (in the low 4 bits, zeros from bit 4 to 17: stochastic rounding, or the
+    16 x 16 tiles' codes shared with the rowwise operand)."""
     c = tl.arange(0, BK)
     g = tl.arange(0, BM // 16)
     j = tl.arange(0, BM // 2)
@@ -969,7 +964,6 @@ def quantize_tile(
             RULE,
             ZERO_ENC,
             SANITIZE,
-            True,
         )
 
 
