@@ -196,10 +196,11 @@ def _e2m1_pairs(low, high):
     """uint8 ``code(low) | code(high) << 4``: :func:`e2m1_rne` of float32 products ``v = x * enc`` (a product makes
     every NaN the positive canonical one), two elements per instruction in float16x2 arithmetic.
 
-    Per pair: the float32 bits are rounded to odd at float16's precision (``b | ((b & 0x1FFF) + 0x1FFF)`` sets bit
-    13 where bits 0-12 are not all zero; ``cvt.rz.f16x2.f32`` then drops bits 0-12), so ``h`` lies in the same open
-    interval between float16 neighbours as ``v``, and equals an E2M1 midpoint (0.25, 0.75, ..., 5, all of them
-    float16 values with an even last bit) only if ``v`` does: rounding ``h`` to E2M1 is rounding ``v`` (no double
+    Per pair: the float32 bits are rounded to odd at float16's precision (a predicated ``or`` sets bit 13 where bits
+    0-12 are not all zero; ``cvt.rz.f16x2.f32`` then drops bits 0-12), so ``h`` is ``v`` where ``v`` is a float16
+    and otherwise whichever of its two float16 neighbours has an odd last bit: ``h`` equals an E2M1 midpoint (0.25,
+    0.75, ..., 5, all of them float16 values with an even last bit) only if ``v`` does, and lies on the same side of
+    every other E2M1 midpoint and grid value, so rounding ``h`` to E2M1 is rounding ``v`` (no double
     rounding; ``|v|`` below ``2**-14`` gives code 0 either way, beyond 65504 the clamp).  Then, as
     ``fast.quant.mx._e2m1_pairs``: ``c = min(|h|, 6)`` (NaN -> 6), ``m = 2**-5 * 2**e`` with ``2**e`` the binade of
     ``max(c, 1)`` (1, 2 or 4: E2M1's step is ``2**(e - 1)``), ``t = c * 2**-14 + m`` (one ``fma``) rounds to nearest
