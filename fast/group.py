@@ -648,7 +648,7 @@ def _nvfp4_grouped(
     n, device = len(shapes), data.device
     rowwise, columnwise = usage != "columnwise", usage != "rowwise"
     settings = _NvSettings(usage, "16x16" if block == "2d" else "1x16", "tensor", False, "rne", "te", "flt_max")
-    launch = _nv_tiling(settings, device, max(m for m, _ in shapes)).quantize
+    launch = _nv_tiling(settings, device, max(m for m, _ in shapes), None).quantize
     rows, cols = launch.rows, launch.cols
     # EVEN: every tile whole (empty members have none)
     if columnwise:
@@ -657,6 +657,8 @@ def _nvfp4_grouped(
     else:  # tiles of rows x cols elements, in blocks of 16
         tiles = [triton.cdiv(m, rows) * triton.cdiv(k // 16, cols // 16) for m, k in shapes]
         even = all(m % rows == 0 and (k // 16) % (cols // 16) == 0 for m, k in shapes if m * k)
+    if even:  # the single kernel's tiles (same shapes; more programs per SM where its registers allow)
+        launch = _nv_tiling(settings, device, max(m for m, _ in shapes), data.dtype).quantize
     scale_shapes = [_scale_shapes("nvfp4", block, m, k) for m, k in shapes]
     columns = [offsets, _offsets(_amax_chunks(shapes)), [m for m, _ in shapes], [k for _, k in shapes], _offsets(tiles)]
     columns += [_offsets([math.prod(s[side]) for s in scale_shapes]) for side in (0, 1)]
