@@ -9,17 +9,16 @@ values at index ``i``).  ``specs/group/*.yaml`` and ``reference/group.py`` state
 
 The member dims are host lists (TE's ``tensor_shapes``), so nothing here waits on the device.
 ``split`` returns views and ``stack`` one copy; ``tp_partition`` one strided copy.  ``quantize`` on the
-Triton path runs grouped kernels for FP8 current scaling, FP8 blockwise and NVFP4: every program looks
-its member up in a small table (element offset, dims, scale offsets) and runs the recipe's own device
-functions (``fast.quant.fp8``, ``fast.quant.fp8_blockwise``, ``fast.quant.nvfp4``) on a tile of that
-member, writing straight into the grouped buffers (:func:`_fp8_tensor_grouped`, :func:`_fp8_block_grouped`,
-:func:`_nvfp4_grouped`; per-tensor amaxes by one grouped amax pass first).  MXFP8 members whose stacked
-``[sum(M), K]`` quantization is the grouped buffers as they are (one ``K``, scale matrices that abut) take
-one call of ``fast.quant.mx`` on the stacked view; on the torch path FP8 blockwise members of one shape
-with whole 128-row blocks do too, plus one copy of each buffer that holds them side by side
-(:func:`_stacking`).  Otherwise (ragged MXFP8, the torch path) every grouped buffer is allocated once
-and each member is quantized alone by the recipe's ``fast.quant`` quantizer (``fast.buffers.quantizer``),
-its outputs copied into its slots.
+Triton path runs grouped kernels for every recipe: every program looks its member up in a small table
+(element offset, dims, scale offsets) and runs the recipe's own device functions (``fast.quant.fp8``,
+``fast.quant.mx``, ``fast.quant.fp8_blockwise``, ``fast.quant.nvfp4``) on a tile of that member, writing
+straight into the grouped buffers (:func:`_fp8_tensor_grouped`, :func:`_mxfp8_grouped`,
+:func:`_fp8_block_grouped`, :func:`_nvfp4_grouped`; per-tensor amaxes by one grouped amax pass first).  On
+the torch path, members whose stacked ``[sum(M), K]`` quantization is the grouped buffers as they are (MXFP8
+of one ``K`` with scale matrices that abut; FP8 blockwise members of one shape with whole 128-row blocks, plus
+one copy of each buffer that holds them side by side) take one call on the stacked view (:func:`_stacking`);
+otherwise every grouped buffer is allocated once and each member is quantized alone by the recipe's
+``fast.quant`` quantizer (``fast.buffers.quantizer``), its outputs copied into its slots.
 
 Source: NVIDIA/TransformerEngine ``pytorch/tensor/storage/grouped_tensor_storage.py``
 (``make_grouped_tensor``, ``split_into_quantized_tensors``, ``quantize``),
@@ -29,6 +28,7 @@ Source: NVIDIA/TransformerEngine ``pytorch/tensor/storage/grouped_tensor_storage
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,6 +50,11 @@ from fast.quant.fp8 import (
 )
 from fast.quant.fp8_blockwise import TILES as BLOCK_TILES
 from fast.quant.fp8_blockwise import quantize_tile as block_tile
+from fast.quant.mx import _constants as _mx_constants
+from fast.quant.mx import _has_fp8_conversion
+from fast.quant.mx import _plan as _mx_plan
+from fast.quant.mx import _Tile as _MxTile
+from fast.quant.mx import quantize_tile as mx_tile
 from fast.quant.nvfp4 import _global_scales, _kept_bytes
 from fast.quant.nvfp4 import _Launch as _NvLaunch
 from fast.quant.nvfp4 import _launch_options as _nv_launch_options
@@ -237,8 +242,8 @@ def quantize(
     bytes of the recipe's quantizer run on that member alone with TransformerEngine's defaults (E4M3;
     ``fp8_tensor``; ``mxfp8`` rceil with TE edges, ``blocks=block``, ``scale_layout``; ``fp8_block``
     1x128 / 128x128 power-of-two; ``nvfp4`` 1x16 / 16x16, TE rule), at the member's offsets.  On the
-    Triton path ``fp8_tensor``, ``fp8_block`` and ``nvfp4`` run grouped kernels, and members that stack
-    (module docstring) are quantized in one call on the stacked view: the same bytes.
+    Triton path every recipe runs a grouped kernel; on the torch path members that stack (module
+    docstring) are quantized in one call on the stacked view: the same bytes.
 
     Source
     ------
@@ -277,9 +282,12 @@ def quantize(
         _check_choice("x_dtype", x_dtype, tuple(X_DTYPES))
         if X_DTYPES[x_dtype] != data.dtype:
             raise ValueError(f"Got data.dtype={data.dtype} and x_dtype={x_dtype!r}, but they must name the same dtype")
-    if selected_path(data.device) == "triton" and recipe in ("fp8_tensor", "fp8_block", "nvfp4"):
+    if selected_path(data.device) == "triton":
+        if recipe == "mxfp8" and (data.device.type != "cuda" or _has_fp8_conversion(data.device)):
+            return _mxfp8_grouped(data, shapes, offsets, usage, block, scale_layout)
         grouped = {"fp8_tensor": _fp8_tensor_grouped, "fp8_block": _fp8_block_grouped, "nvfp4": _nvfp4_grouped}
-        return grouped[recipe](data, shapes, offsets, usage, block)
+        if recipe in grouped:
+            return grouped[recipe](data, shapes, offsets, usage, block)
     produced = {n: entry for n, entry in _GROUPED[recipe].items() if entry[2] in ("always", usage) or usage == "both"}
     quantize_member = quantizer(recipe, block, usage, scale_layout)
     stacking = _stacking(recipe, block, scale_layout, usage, shapes, produced)
@@ -531,7 +539,7 @@ def gemm(
     return grouped(a, b, form=form, groups=groups, group_sizes=group_sizes)
 
 
-# %% Grouped kernels (Triton): FP8 current scaling, FP8 blockwise and NVFP4, one launch per pass for all members
+# %% Grouped kernels (Triton): FP8 current scaling, MXFP8, FP8 blockwise and NVFP4, one launch per pass for all members
 
 AMAX_CHUNK: tuple[int, int, int] = (8192, 8, 4)
 """(elements per chunk, num_warps, programs per SM) of the grouped amax kernel: persistent programs stride over
@@ -548,6 +556,26 @@ def _member_table(columns: list[list[int]], device: torch.device) -> tuple[torch
     members = triton.next_power_of_2(max(len(column) for column in columns))
     table = torch.tensor([row + [0] * (members - len(row)) for row in columns], dtype=torch.int64)
     return table.to(device, non_blocking=True), members
+
+
+def _tile_table(
+    recipe: str,
+    block: str,
+    shapes: list[tuple[int, int]],
+    offsets: list[int],
+    block_m: int,
+    block_k: int,
+    device: torch.device,
+) -> tuple[list[int], list[tuple[tuple[int, ...], tuple[int, ...]]], list[list[int]], torch.Tensor, int]:
+    """For one program per ``block_m x block_k`` tile: each member's tiles, scale shapes, the table's columns (0
+    element offsets, 1 first tiles, 2 M, 3 K, 4 and 5 rowwise and columnwise scale offsets), the table and its
+    width ``MEMBERS``."""
+    tiles = [triton.cdiv(m, block_m) * triton.cdiv(k, block_k) if m * k else 0 for m, k in shapes]
+    scale_shapes = [_scale_shapes(recipe, block, m, k) for m, k in shapes]
+    columns = [offsets, _offsets(tiles), [m for m, _ in shapes], [k for _, k in shapes]]
+    columns += [_offsets([math.prod(s[side]) for s in scale_shapes]) for side in (0, 1)]
+    table, members = _member_table(columns, device)
+    return tiles, scale_shapes, columns, table, members
 
 
 def _alignment(shapes: list[tuple[int, int]]) -> int:
@@ -715,11 +743,7 @@ def _fp8_block_grouped(
     """
     n, device, align = len(shapes), data.device, _alignment(shapes)
     block_m, block_k, num_warps = BLOCK_TILES[_BLOCK_NAMES[block], usage]
-    tiles = [triton.cdiv(m, block_m) * triton.cdiv(k, block_k) if m * k else 0 for m, k in shapes]
-    scale_shapes = [_scale_shapes("fp8_block", block, m, k) for m, k in shapes]
-    columns = [offsets, _offsets(tiles), [m for m, _ in shapes], [k for _, k in shapes]]
-    columns += [_offsets([math.prod(s[side]) for s in scale_shapes]) for side in (0, 1)]
-    table, members = _member_table(columns, device)
+    tiles, _, columns, table, members = _tile_table("fp8_block", block, shapes, offsets, block_m, block_k, device)
     out: dict[str, torch.Tensor] = {}
     for prefix, wanted, side in (("", usage != "columnwise", 4), ("columnwise_", usage != "rowwise", 5)):
         if wanted:
@@ -738,6 +762,95 @@ def _fp8_block_grouped(
                 MEMBERS=members, ALIGN=align, num_warps=num_warps,
             )  # fmt: skip
     return out
+
+
+MX_TILES: dict[tuple[str, str], _MxTile] = {
+    ("1d", "rowwise"): _MxTile(8, 512, 4),
+    ("1d", "columnwise"): _MxTile(32, 128, 2),
+    ("1d", "both"): _MxTile(32, 128, 2),
+    ("2d", "rowwise"): _MxTile(32, 256, 8),
+    ("2d", "columnwise"): _MxTile(32, 256, 8),
+    ("2d", "both"): _MxTile(32, 256, 8),
+}
+"""The grouped MXFP8 kernel's tile per (block, usage), from ``fast.quant.mx``'s autotuned set: at most 32 rows,
+so that members (multiples of 32 rows) are whole tiles in M.  The 1d tiles are the fastest of an H100 sweep
+(bfloat16, 8 x [4096, 7168]; ``docs/performance.md``), the 2d ones the single kernel's first.
+``QCONFORM_MX_TILE`` overrides them as it does the single kernel's tile (benchmarks)."""
+
+
+def _mxfp8_grouped(
+    data: torch.Tensor, shapes: list[tuple[int, int]], offsets: list[int], usage: str, block: str, scale_layout: str
+) -> dict[str, torch.Tensor]:
+    """``group.quantize`` of ``mxfp8`` in one kernel launch for all members (no per-member calls, no copies).
+
+    ``fast.quant.mx``'s tile body (:func:`~fast.quant.mx.quantize_tile`: E4M3, ``rceil``, TE edges) on every
+    member's tiles, each program looking up its member in a table: the member's element offset (rowwise and
+    columnwise data keep the input's layout), its dims and scale offsets, its padded scale strides
+    (``round_up(K / 32, 4)`` and ``round_up(K, 128)`` bytes between compact scale rows; in the swizzled layout
+    the 128x4 tiles across, ``round_up(K / 32, 4) / 4`` and ``round_up(M / 32, 4) / 4``).  Scale buffers with
+    padding start zeroed, as ``fast.quant.mx``'s do.  Same bits as ``fast.quant.mx`` on each member alone: the
+    same device functions on the same values.  (Persistent programs stepping from member to member, as the
+    NVFP4 kernel's, were 5-20% slower here on the H100: MX tiles are small and many programs fit an SM.)
+    """
+    n, device, align = len(shapes), data.device, _alignment(shapes)
+    fixed = os.environ.get("QCONFORM_MX_TILE")
+    tile = _MxTile(*(int(part) for part in fixed.split("x"))) if fixed else MX_TILES[block, usage]
+    tiles, scale_shapes, columns, table, members = _tile_table(
+        "mxfp8", block, shapes, offsets, tile.block_m, tile.block_k, device
+    )
+    out: dict[str, torch.Tensor] = {}
+    for prefix, wanted, side in (("", usage != "columnwise", 0), ("columnwise_", usage != "rowwise", 1)):
+        if wanted:
+            logical = [(m, k // 32) if side == 0 else (m // 32, k) for m, k in shapes]
+            padded = any(s[side] != shape for s, shape in zip(scale_shapes, logical, strict=True))
+            allocate = torch.zeros if padded else torch.empty
+            out[f"{prefix}data"] = torch.empty(offsets[-1], dtype=torch.uint8, device=device)
+            out[f"{prefix}scales"] = allocate(columns[4 + side][-1], dtype=torch.uint8, device=device)
+    if not sum(tiles):
+        return out
+    i = next(i for i, (m, k) in enumerate(shapes) if m * k)
+    plan = _mx_plan(data[offsets[i] : offsets[i + 1]].view(shapes[i]), "float8_e4m3fn", "rceil", usage, block,
+                    scale_layout, "te")  # fmt: skip
+    dummy = next(iter(out.values()))
+    even = all(m % tile.block_m == 0 and k % tile.block_k == 0 for m, k in shapes)
+    with quiet_interpreter(device):
+        jit(_grouped_mx_kernel)[(sum(tiles),)](
+            data, out.get("data", dummy), out.get("scales", dummy), out.get("columnwise_data", dummy),
+            out.get("columnwise_scales", dummy), table, n, **_mx_constants(plan, data.dtype), BLOCK_M=tile.block_m,
+            BLOCK_K=tile.block_k, EVEN=even, MEMBERS=members, ALIGN=align,
+            **(tile.options if device.type == "cuda" else {"num_warps": tile.num_warps}),
+        )  # fmt: skip
+    return out
+
+
+def _grouped_mx_kernel(
+    x_ptr, row_data_ptr, row_scale_ptr, col_data_ptr, col_scale_ptr, table_ptr, n_members, FP8: tl.constexpr,
+    MANTISSA_BITS: tl.constexpr, BIAS: tl.constexpr, MAX_CODE: tl.constexpr, MAX_VALUE: tl.constexpr,
+    SIGN_SHIFT: tl.constexpr, SIGN_MASK: tl.constexpr, SUBNORMAL_ADDEND: tl.constexpr, PACK: tl.constexpr,
+    EMAX: tl.constexpr, EVEN_ADD: tl.constexpr, RULE: tl.constexpr, EDGES: tl.constexpr, RCEIL_OPERAND: tl.constexpr,
+    RCEIL_DIVIDE: tl.constexpr, ZERO_BITS: tl.constexpr, ROWWISE: tl.constexpr, COLUMNWISE: tl.constexpr,
+    TWO_D: tl.constexpr, SWIZZLED: tl.constexpr, INPUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN: tl.constexpr, MEMBERS: tl.constexpr, ALIGN: tl.constexpr,
+):  # fmt: skip
+    # fast.quant.mx's tile body on the member's tile (table rows: 0 element offsets, 1 first tiles, 2 M, 3 K,
+    # 4 and 5 scale offsets); a member's K-tiles of a row band are consecutive programs, as in mx's kernel.
+    member, first = _member_of(table_ptr, 1, n_members, tl.program_id(0), MEMBERS)
+    begin, M, K = _member_dims(table_ptr, member, MEMBERS, ALIGN)
+    if SWIZZLED:  # 128x4 tiles across: the rowwise matrix's, and the columnwise one's as its transpose [K, M / 32]
+        row_scale_stride = (K // 32 + 3) // 4
+        col_scale_stride = (M // 32 + 3) // 4
+    else:  # [round_up(M, 128), round_up(K / 32, 4)] and [round_up(M / 32, 4), round_up(K, 128)]
+        row_scale_stride = (K // 32 + 3) // 4 * 4
+        col_scale_stride = (K + 127) // 128 * 128
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    local = (tl.program_id(0) - first).to(tl.int32)
+    mx_tile(
+        x_ptr + begin, row_data_ptr + begin, row_scale_ptr + tl.load(table_ptr + 4 * MEMBERS + member),
+        col_data_ptr + begin, col_scale_ptr + tl.load(table_ptr + 5 * MEMBERS + member), M, K, K, row_scale_stride,
+        col_scale_stride, local // k_tiles, local % k_tiles, FP8, MANTISSA_BITS, BIAS, MAX_CODE, MAX_VALUE,
+        SIGN_SHIFT, SIGN_MASK, SUBNORMAL_ADDEND, PACK, EMAX, EVEN_ADD, RULE, EDGES, RCEIL_OPERAND, RCEIL_DIVIDE,
+        ZERO_BITS, ROWWISE, COLUMNWISE, TWO_D, SWIZZLED, INPUT, BLOCK_M, BLOCK_K, EVEN,
+    )  # fmt: skip
 
 
 @device

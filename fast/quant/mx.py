@@ -754,15 +754,72 @@ def _mx_kernel(
     BLOCK_K: tl.constexpr,
     EVEN: tl.constexpr,
 ):
-    # The tile is read as a 2-D [BLOCK_M, BLOCK_K] block (Triton then lays it out with a warp across whole rows:
-    # coalesced, and few lanes along a column) and viewed as [BLOCK_M, NB, 32]: the last axis is one rowwise block,
-    # axis 0 runs down a columnwise block.
-    NB: tl.constexpr = BLOCK_K // 32
     # A 1-D grid, K-tiles first: consecutive programs take consecutive K-tiles of the same rows, so the tiles in
     # flight cover whole rows (DRAM pages) rather than a column stripe of every row.
     tiles_k = tl.cdiv(cols, BLOCK_K)
     tile_m = tl.program_id(0) // tiles_k
     tile_k = tl.program_id(0) - tile_m * tiles_k
+    quantize_tile(
+        x_ptr, row_data_ptr, row_scale_ptr, col_data_ptr, col_scale_ptr, rows, cols, data_stride, row_scale_stride,
+        col_scale_stride, tile_m, tile_k, FP8, MANTISSA_BITS, BIAS, MAX_CODE, MAX_VALUE, SIGN_SHIFT, SIGN_MASK,
+        SUBNORMAL_ADDEND, PACK, EMAX, EVEN_ADD, RULE, EDGES, RCEIL_OPERAND, RCEIL_DIVIDE, ZERO_BITS, ROWWISE,
+        COLUMNWISE, TWO_D, SWIZZLED, INPUT, BLOCK_M, BLOCK_K, EVEN,
+    )  # fmt: skip
+
+
+@device
+def quantize_tile(
+    x_ptr,
+    row_data_ptr,
+    row_scale_ptr,
+    col_data_ptr,
+    col_scale_ptr,
+    rows,
+    cols,
+    data_stride,
+    row_scale_stride,
+    col_scale_stride,
+    # the tile: rows BLOCK_M * tile_m .., columns BLOCK_K * tile_k ..
+    tile_m,
+    tile_k,
+    # element format (FP8: 0 FP6/FP4, 1 E4M3FN, 2 E5M2)
+    FP8: tl.constexpr,
+    MANTISSA_BITS: tl.constexpr,
+    BIAS: tl.constexpr,
+    MAX_CODE: tl.constexpr,
+    MAX_VALUE: tl.constexpr,
+    SIGN_SHIFT: tl.constexpr,
+    SIGN_MASK: tl.constexpr,
+    SUBNORMAL_ADDEND: tl.constexpr,
+    PACK: tl.constexpr,
+    # scale rule and edges
+    EMAX: tl.constexpr,
+    EVEN_ADD: tl.constexpr,
+    RULE: tl.constexpr,
+    EDGES: tl.constexpr,
+    RCEIL_OPERAND: tl.constexpr,
+    RCEIL_DIVIDE: tl.constexpr,
+    ZERO_BITS: tl.constexpr,
+    # what to write
+    ROWWISE: tl.constexpr,
+    COLUMNWISE: tl.constexpr,
+    TWO_D: tl.constexpr,
+    SWIZZLED: tl.constexpr,
+    INPUT: tl.constexpr,
+    # tiling: BLOCK_M rows (32 with columnwise or 2d blocks) by BLOCK_K columns (NB blocks of 32);
+    # EVEN: every tile lies inside the matrix (no masks)
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN: tl.constexpr,
+):
+    """Every output of tile ``(tile_m, tile_k)`` of ``x [rows, cols]`` (the kernel's arguments): the kernel's tile
+    body, also run by ``fast.group``'s grouped kernel on each member's tiles (pointers at the member, its strides).
+
+    The tile is read as a 2-D ``[BLOCK_M, BLOCK_K]`` block (Triton then lays it out with a warp across whole rows:
+    coalesced, and few lanes along a column) and viewed as ``[BLOCK_M, NB, 32]``: the last axis is one rowwise
+    block, axis 0 runs down a columnwise block.
+    """
+    NB: tl.constexpr = BLOCK_K // 32
     row = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     col = tile_k * BLOCK_K + tl.arange(0, NB)[:, None] * 32 + tl.arange(0, 32)[None, :]
     if PACK and INPUT == 1:  # FP4 of bfloat16: words of element pairs

@@ -1,11 +1,12 @@
 """Benchmarks of grouped quantization (``group.quantize``): 8 experts x [4096, 7168] bfloat16 on the GPU.
 
-Each recipe (TE defaults, 1d blocks) quantizes the grouped buffer with ``fast.group.quantize`` (MXFP8: one
-call on the stacked experts, whose outputs are the grouped buffers; FP8 blockwise: one grouped kernel over
-every expert's tiles; FP8 current scaling and NVFP4: two grouped kernels, an amax per expert, then the cast
-or quantize of every expert's tiles), timed with
-CUDA events beside the device-to-device copy bandwidth (``conftest.py``), and, in the same session, the same
-quantizer on one [32768, 7168] tensor of the same total size (``single``).  Bytes moved are the fewest a
+Each recipe (TE defaults, 1d blocks) quantizes the grouped buffer with ``fast.group.quantize`` (MXFP8 and FP8
+blockwise: one grouped kernel over every expert's tiles; FP8 current scaling and NVFP4: two grouped kernels, an
+amax per expert, then the cast or quantize of every expert's tiles), timed with CUDA events beside the
+device-to-device copy bandwidth (``conftest.py``), and, in the same session, the same quantizer on one [32768,
+7168] tensor of the same total size (``single``).  ``ragged``: the same total in experts of MoE-like uneven
+token counts (``RAGGED_ROWS``, multiples of 32 but not of 128, so scale matrices carry padding rows and 128-row
+tiles end inside an expert).  Bytes moved are the fewest a
 quantizer must move (the input read once, per-tensor current scaling twice: its amax pass reads it too; each
 data copy and each scale written once), the same for both forms.  Targets (issue #6, H100): grouped at least
 90% of the copy bandwidth and within 5% of single.
@@ -33,6 +34,8 @@ pytestmark = [
 
 Measure = Callable[..., dict[str, Any]]
 EXPERTS, ROWS, COLS = 8, 4096, 7168
+RAGGED_ROWS = [1056, 8160, 2048, 4096, 6144, 3072, 5120, 3072]
+"""Uneven experts adding up to ``EXPERTS * ROWS`` rows."""
 ELEMENTS = EXPERTS * ROWS * COLS
 E4M3 = "float8_e4m3fn"
 
@@ -58,11 +61,12 @@ def bytes_moved(recipe: str, usage: str) -> int:
     return int(ELEMENTS * (2 * reads + copies * per_element))
 
 
-@pytest.mark.parametrize("form", ["grouped", "single"])
+@pytest.mark.parametrize("form", ["grouped", "ragged", "single"])
 @pytest.mark.parametrize("usage", ["rowwise", "both"])
 @pytest.mark.parametrize("recipe", list(RECIPES))
 def test_grouped_quantize(measure: Measure, recipe: str, usage: str, form: str) -> None:
-    """``grouped``: fast.group.quantize of the 8 experts; ``single``: the recipe's quantizer on one [32768, 7168]."""
+    """``grouped``: fast.group.quantize of the 8 experts; ``ragged``: of 8 uneven experts of the same total;
+    ``single``: the recipe's quantizer on one [32768, 7168]."""
     block, single_quantizer, arguments = RECIPES[recipe]
     generator = torch.Generator("cuda").manual_seed(0)
     data = (torch.randn(ELEMENTS, device="cuda", generator=generator) * 64).to(torch.bfloat16)
@@ -70,8 +74,8 @@ def test_grouped_quantize(measure: Measure, recipe: str, usage: str, form: str) 
         call = functools.partial(single_quantizer, data.view(EXPERTS * ROWS, COLS), usage=usage, **arguments)
     else:
         call = functools.partial(
-            quantize, data, num_members=EXPERTS, first_dims=[ROWS] * EXPERTS, last_dims=[COLS] * EXPERTS,
-            recipe=recipe, block=block, usage=usage, x_dtype="bfloat16",
+            quantize, data, num_members=EXPERTS, first_dims=RAGGED_ROWS if form == "ragged" else [ROWS] * EXPERTS,
+            last_dims=[COLS] * EXPERTS, recipe=recipe, block=block, usage=usage, x_dtype="bfloat16",
         )  # fmt: skip
     measure(
         lambda: call,

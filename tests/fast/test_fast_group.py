@@ -180,19 +180,20 @@ def test_quantize_triton_kernels_match_reference(monkeypatch: pytest.MonkeyPatch
 
 
 GROUPED_KERNEL_DIMS = {"fp8_tensor": [0, 1, 7, 64, 65, 130], "fp8_block": [0, 1, 7, 64, 65, 130, 256],
-                      "nvfp4": [0, 16, 48, 144]}  # fmt: skip
+                      "mxfp8": [0, 32, 96, 160, 288], "nvfp4": [0, 16, 48, 144]}  # fmt: skip
 """Member dims of the grouped kernels' fuzzed cases: empty members, tails of every tile, whole tiles."""
 
 
-@pytest.mark.parametrize(("recipe", "block"), [("fp8_tensor", "none"), ("fp8_block", "1d"), ("fp8_block", "2d"),
-                                               ("nvfp4", "1d"), ("nvfp4", "2d")])  # fmt: skip
+@pytest.mark.parametrize(("recipe", "block"), [("fp8_tensor", "none"), ("mxfp8", "1d"), ("mxfp8", "2d"),
+                                               ("fp8_block", "1d"), ("fp8_block", "2d"), ("nvfp4", "1d"),
+                                               ("nvfp4", "2d")])  # fmt: skip
 @settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_grouped_kernels_match_reference(monkeypatch: pytest.MonkeyPatch, recipe: str, block: str, data: Any):
-    """FP8 current scaling, FP8 blockwise and NVFP4 on the Triton path: grouped kernels for all members (a
-    table search per tile; the amax pass's and NVFP4's persistent programs cross members, NVFP4's amax pass
-    with an evict-last tail), on fuzzed member counts (1 to 9: table widths 2 to 16) and shapes (empty
-    members, ragged tiles and chunks)."""
+    """Every recipe on the Triton path: grouped kernels for all members (a table search per tile; the amax
+    pass's and NVFP4's persistent programs cross members, NVFP4's amax pass with an evict-last tail; MXFP8 in
+    both scale layouts, members padded to 128-row scale tiles), on fuzzed member counts (1 to 9: table widths 2
+    to 16) and shapes (empty members, ragged tiles and chunks)."""
     pytest.importorskip("triton")
     monkeypatch.setenv(PATH_ENV, "triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -203,26 +204,32 @@ def test_grouped_kernels_match_reference(monkeypatch: pytest.MonkeyPatch, recipe
     first_dims, last_dims = data.draw(dims, label="first_dims"), data.draw(dims, label="last_dims")
     usage = data.draw(st.sampled_from(["both", "rowwise", "columnwise"]), label="usage")
     dtype = data.draw(st.sampled_from(list(DTYPES)), label="dtype")
+    layouts = ["compact", "swizzled"] if recipe == "mxfp8" else ["compact"]
+    scale_layout = data.draw(st.sampled_from(layouts), label="scale_layout")
     total = sum(m * k for m, k in zip(first_dims, last_dims, strict=True))
     tensor, carrier = special_buffer(total, dtype, data.draw(st.integers(0, 2**16), label="seed"))
     kwargs = {"num_members": n, "first_dims": first_dims, "last_dims": last_dims, "recipe": recipe,
-              "block": block, "usage": usage, "x_dtype": dtype}  # fmt: skip
+              "block": block, "scale_layout": scale_layout, "usage": usage, "x_dtype": dtype}  # fmt: skip
     assert_matches(quantize(tensor, **kwargs), reference.group.quantize(carrier, **kwargs), str(kwargs))
 
 
 @pytest.mark.parametrize("usage", ["both", "rowwise", "columnwise"])
 @pytest.mark.parametrize("block", ["1d", "2d"])
-def test_grouped_nvfp4_kernel_on_whole_tiles(monkeypatch: pytest.MonkeyPatch, block: str, usage: str):
-    """The grouped NVFP4 kernel's unmasked variant (every non-empty member a whole number of fast.quant.nvfp4's
-    tiles: 128 x 64 or 128 x 32 elements, rowwise 2 or 16 rows x 2048), its programs crossing members and an
-    empty one, against the reference."""
+@pytest.mark.parametrize(("recipe", "scale_layout"), [("nvfp4", "compact"), ("mxfp8", "compact"),
+                                                      ("mxfp8", "swizzled")])  # fmt: skip
+def test_grouped_kernels_on_whole_tiles(
+    monkeypatch: pytest.MonkeyPatch, recipe: str, scale_layout: str, block: str, usage: str
+):
+    """The grouped NVFP4 and MXFP8 kernels' unmasked variants (every non-empty member a whole number of tiles:
+    NVFP4's 128 x 64 or 128 x 32 elements, rowwise 2 or 16 rows x 2048; ``fast.group.MX_TILES``), their
+    programs crossing members and an empty one, against the reference."""
     pytest.importorskip("triton")
     monkeypatch.setenv(PATH_ENV, "triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     first_dims, last_dims = [128, 0, 128], [2048, 64, 2048]
     tensor, carrier = special_buffer(2 * 128 * 2048, "bfloat16", seed=3)
-    kwargs = {"num_members": 3, "first_dims": first_dims, "last_dims": last_dims, "recipe": "nvfp4", "block": block,
-              "usage": usage, "x_dtype": "bfloat16"}  # fmt: skip
+    kwargs = {"num_members": 3, "first_dims": first_dims, "last_dims": last_dims, "recipe": recipe, "block": block,
+              "scale_layout": scale_layout, "usage": usage, "x_dtype": "bfloat16"}  # fmt: skip
     assert_matches(quantize(tensor, **kwargs), reference.group.quantize(carrier, **kwargs), str(kwargs))
 
 
