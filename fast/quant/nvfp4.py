@@ -425,7 +425,11 @@ def _quantize_tile(
     """Scales, codes and packed bytes of one ``[BR, BC]`` tile of an ``[n_rows, n_cols]`` operand whose scale rows
     are ``scale_stride`` bytes apart (``n_cols / 16``, or TE's padded ``round_up(n_cols / 16, 4)``).
 
-    ``EVEN``: the operand is a whole number of tiles, so nothing is masked.  ``PAIRS``: round to nearest by
+    ``EVEN``: the operand is a whole number of tiles, so nothing is masked; else the masks compare the stored
+    units (bytes, blocks) of 16-element steps (``n_rows``, ``n_cols``, ``row0``, ``col0`` are multiples of 16), a
+    form Triton's alignment analysis sees constant over a vector of bytes (``col0 + 2 * d < n_cols`` made every
+    byte a store of its own: 72 ``st.global.b8`` a thread for both operands, and 215 registers against 168 in
+    ``fast.group``'s grouped kernel, Triton 3.6 for sm_90).  ``PAIRS``: round to nearest by
     :func:`_e2m1_pairs` (off where the codes themselves are needed: the 16 x 16 tiles' shared rounding).  Returns
     the E2M1 codes (as :func:`_e2m1_rne_raw` leaves them; the scaled values with ``PAIRS``) and the E4M3 scale
     codes (``[BR / 16, BC / 16]`` with ``TILE_2D``, else ``[BR, BC / 16]``), which the transposed operand of 16 x
@@ -458,7 +462,7 @@ def _quantize_tile(
     if EVEN:
         tl.store(s_pointers, code.to(tl.uint8))
     else:
-        tl.store(s_pointers, code.to(tl.uint8), mask=row_ok[:, None] & ((col0 + 16 * s) < n_cols)[None, :])
+        tl.store(s_pointers, code.to(tl.uint8), mask=row_ok[:, None] & ((col0 // 16 + s) < n_cols // 16)[None, :])
 
     # Elements.
     scaled = tl.reshape(tl.reshape(values, [BR, BC // 16, 16]) * encode[:, :, None], [BR, BC])
@@ -484,7 +488,7 @@ def _quantize_tile(
     if EVEN:
         tl.store(d_pointers, packed)
     else:
-        tl.store(d_pointers, packed, mask=row_ok[:, None] & ((col0 + 2 * d) < n_cols)[None, :])
+        tl.store(d_pointers, packed, mask=row_ok[:, None] & ((col0 // 2 + d) < n_cols // 2)[None, :])
     return q, tile_code
 
 
@@ -614,7 +618,8 @@ def _store_columns(
     apart (``M / 16``, which whole tiles make a multiple of ``BM / 16``, or TE's padded ``round_up(M / 16, 4)``,
     equal to it then).  ``q``: with ``PAIRS`` the scaled float32 values, rounded to nearest here by
     :func:`_e2m1_pairs`, else the codes (in the low 4 bits, zeros from bit 4 to 17: stochastic rounding, or the
-    16 x 16 tiles' codes shared with the rowwise operand)."""
+    16 x 16 tiles' codes shared with the rowwise operand).  Ragged: masks in blocks and bytes, as
+    :func:`_quantize_tile`'s."""
     c = tl.arange(0, BK)
     g = tl.arange(0, BM // 16)
     j = tl.arange(0, BM // 2)
@@ -627,7 +632,7 @@ def _store_columns(
     if EVEN:
         tl.store(s_pointers, code.to(tl.uint8))
     else:
-        tl.store(s_pointers, code.to(tl.uint8), mask=col_ok[None, :] & ((row0 + 16 * g) < M)[:, None])
+        tl.store(s_pointers, code.to(tl.uint8), mask=col_ok[None, :] & ((row0 // 16 + g) < M // 16)[:, None])
     if PAIRS:
         # Rows 2i and 2i + 1 make byte i: integer sums over an axis of 2 pick them out (no split, which would need
         # a layout with the pair in one thread; the sums keep the tile's, and x + 0 is x).
@@ -646,7 +651,7 @@ def _store_columns(
     if EVEN:
         tl.store(d_pointers, packed)
     else:
-        tl.store(d_pointers, packed, mask=col_ok[None, :] & ((row0 + 2 * j) < M)[:, None])
+        tl.store(d_pointers, packed, mask=col_ok[None, :] & ((row0 // 2 + j) < M // 2)[:, None])
 
 
 # %% Compute kernels
@@ -827,8 +832,8 @@ def _column_tile(x_ptr, tile, M, K, BM: tl.constexpr, BK: tl.constexpr, EVEN: tl
     pointers = x_ptr + row0.to(tl.int64) * K + (rows * K + cols)
     # A vector mask, not a scalar condition: the interpreter rejects the mix.
     mask = (rows * 0 + tile) >= 0
-    if not EVEN:
-        mask = mask & ((row0 + rows) < M) & (cols < K)
+    if not EVEN:  # M is a multiple of 16: a mask per group of 16 rows (fewer predicates than one per row)
+        mask = mask & ((row0 // 16 + g) < M // 16) & (cols < K)
     return tl.load(pointers, mask=mask, other=0, eviction_policy=EVICTION)
 
 
@@ -1319,8 +1324,10 @@ same tiles."""
 _BOTH_3 = _BOTH._replace(quantize=_Launch(128, 64, 4, 3))
 """Both operands in the single kernel, round to nearest from bfloat16 or float16, per-tensor amax, no RHT: 168
 registers in Triton 3.6 (sm_90) since the float16x2 rounding, so 3 programs of 4 warps fit an SM (H100, bfloat16
-8192 x 8192: 0.1851 -> 0.1696 ms).  Float32 inputs, row amaxes and RHT take 226-255 registers (2 programs), as
-does ``fast.group``'s grouped kernel on ragged members (215); on whole tiles it takes 168 and runs this tiling."""
+8192 x 8192: 0.1851 -> 0.1696 ms), ragged shapes too (167: their masks in 16-element steps, see
+:func:`_quantize_tile`).  Float32 inputs, row amaxes and RHT take 226-255 registers (2 programs).  ``fast.group``'s
+grouped kernel takes 168 on whole tiles and runs this tiling; 168 on ragged members too (215 before the masks in
+16-element steps)."""
 _COLUMNWISE = _BOTH._replace(quantize=_Launch(128, 32, 2, 6))
 """The columnwise operand alone: 128 x 32 tiles, 2 warps, 6 programs per SM (H100: 0.128 ms, 0.134 with
 ``_BOTH``'s tiles, 0.251 with the 16 x 128 tiles before)."""
@@ -1331,10 +1338,9 @@ _STOCHASTIC = _BOTH._replace(quantize=_Launch(64, 64, 4, 2))
 
 def _tiling(s: _Settings, device_: torch.device, rows: int, dtype: torch.dtype | None) -> _Tiling:
     """The launch shapes of these settings for inputs of ``rows`` rows and type ``dtype`` on ``device_`` (``None``:
-    2 programs per SM for both operands, as ``fast.group``'s grouped kernel keeps on ragged members, where it takes
-    215 registers for sm_90; on whole tiles it takes 168, like this module's kernel).  Triton's interpreter pays
-    per program, not per element: large CPU inputs take 128-row tiles there (the same code, other constexprs; small
-    inputs keep the GPU's tiles, which the CPU tests check)."""
+    2 programs per SM for both operands, which ``fast.group``'s grouped kernel asks for on ragged members).
+    Triton's interpreter pays per program, not per element: large CPU inputs take 128-row tiles there (the same
+    code, other constexprs; small inputs keep the GPU's tiles, which the CPU tests check)."""
     if not s.columnwise:
         tiling = _ROWWISE
     elif s.rounding == "stochastic":

@@ -203,6 +203,12 @@ KERNEL_CASES = [
     ({}, (32, 48), torch.bfloat16, None),
     ({}, (128, 128), torch.bfloat16, None),  # whole tiles: the unmasked (EVEN) variant, both operands' tiling
     ({"usage": "columnwise", "rht": True}, (128, 64), torch.bfloat16, None),  # whole columnwise-only tiles
+    # Ragged operands of several tiles, whole and partial (masks at 16-row / 16-column granularity)
+    ({}, (144, 128), torch.bfloat16, None),  # ragged rows only
+    ({}, (128, 80), torch.bfloat16, None),  # ragged columns only
+    ({"usage": "columnwise"}, (272, 112), torch.float16, None),  # both ragged, columnwise-only tiles
+    ({"usage": "columnwise"}, (144, 64), torch.bfloat16, None),
+    ({"rounding": "stochastic"}, (144, 80), torch.bfloat16, (torch.uint8, torch.uint32)),
     ({"rounding": "stochastic"}, (64, 128), torch.bfloat16, (torch.uint8, torch.uint8)),  # whole stochastic tiles
     ({"usage": "rowwise"}, (16, 128), torch.bfloat16, None),
     ({"usage": "rowwise"}, (16, 2048), torch.bfloat16, None),  # whole tiles: the unmasked (EVEN) rowwise kernel

@@ -5,7 +5,8 @@ Inputs: every bfloat16 pattern laid out as a 256 x 256 matrix (NaN, Inf, subnorm
 and blocks whose scale rounds to zero); 2048 x 4096 matrices of normal values whose 16-element blocks span
 2**±20 (so every E4M3 block scale occurs; whole tiles of every kernel); an irregular 1040 x 4112 shape
 (ragged tiles in both directions); float32 and float16 inputs.  The reference runs on the host (about a
-second per operand of 2^23 elements).
+second per operand of 2^23 elements).  8192 x 8192, 8160 x 8192 and 8192 x 8160 (ragged rows, columns) against
+the torch path.
 """
 
 from __future__ import annotations
@@ -106,10 +107,10 @@ def test_spread_bfloat16(params: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("usage", ["both", "rowwise"])
+@pytest.mark.parametrize("usage", ["both", "rowwise", "columnwise"])
 def test_irregular_shape(dtype: torch.dtype, usage: str) -> None:
     assert_same(spread_matrix(1040, 4112, dtype), usage=usage)
-    assert_same(spread_matrix(1040, 4112, dtype), usage=usage, rht=usage == "both", block="16x16")
+    assert_same(spread_matrix(1040, 4112, dtype), usage=usage, rht=usage != "rowwise", block="16x16")
 
 
 @pytest.mark.parametrize("rule", ["torchao", "torchao_cuda"])
@@ -153,9 +154,17 @@ def test_rowwise_stochastic(bits_dtype: torch.dtype, dtype: torch.dtype) -> None
         assert_same(x, usage="rowwise", rounding="stochastic", random_bits=bits)
 
 
-def test_kernels_match_the_torch_path_on_a_large_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
-    x = spread_matrix(8192, 8192, torch.bfloat16).cuda()
-    for params in ({"usage": "rowwise"}, {"usage": "both"}, {"usage": "both", "rht": True, "block": "16x16"}):
+@pytest.mark.parametrize("shape", [(8192, 8192), (8160, 8192), (8192, 8160)], ids=["whole", "rows", "columns"])
+def test_kernels_match_the_torch_path_on_a_large_matrix(
+    monkeypatch: pytest.MonkeyPatch, shape: tuple[int, int]
+) -> None:
+    x = spread_matrix(*shape, torch.bfloat16).cuda()
+    for params in (
+        {"usage": "rowwise"},
+        {"usage": "both"},
+        {"usage": "columnwise"},
+        {"usage": "both", "rht": True, "block": "16x16"},
+    ):
         kernel = fast_nvfp4(x, **params)
         monkeypatch.setenv(PATH_ENV, "torch")
         torch_path = fast_nvfp4(x, **params)
