@@ -685,7 +685,7 @@ def _nvfp4_grouped(
     else:  # tiles of rows x cols elements, in blocks of 16
         tiles = [triton.cdiv(m, rows) * triton.cdiv(k // 16, cols // 16) for m, k in shapes]
         even = all(m % rows == 0 and (k // 16) % (cols // 16) == 0 for m, k in shapes if m * k)
-    if even:  # the single kernel's tiles (same shapes; more programs per SM where its registers allow)
+    if even:  # the single kernel's tiles (same shapes; 3 programs per SM where they fit; ragged: 2, faster there)
         launch = _nv_tiling(settings, device, max(m for m, _ in shapes), data.dtype).quantize
     scale_shapes = [_scale_shapes("nvfp4", block, m, k) for m, k in shapes]
     columns = [offsets, _offsets(_amax_chunks(shapes)), [m for m, _ in shapes], [k for _, k in shapes], _offsets(tiles)]
