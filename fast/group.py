@@ -676,7 +676,7 @@ def _nvfp4_grouped(
     n, device = len(shapes), data.device
     rowwise, columnwise = usage != "columnwise", usage != "rowwise"
     settings = _NvSettings(usage, "16x16" if block == "2d" else "1x16", "tensor", False, "rne", "te", "flt_max")
-    launch = _nv_tiling(settings, device, max(m for m, _ in shapes), None).quantize
+    launch = _nv_tiling(settings, device, max(m for m, _ in shapes), data.dtype).quantize
     rows, cols = launch.rows, launch.cols
     # EVEN: every tile whole (empty members have none)
     if columnwise:
@@ -685,8 +685,6 @@ def _nvfp4_grouped(
     else:  # tiles of rows x cols elements, in blocks of 16
         tiles = [triton.cdiv(m, rows) * triton.cdiv(k // 16, cols // 16) for m, k in shapes]
         even = all(m % rows == 0 and (k // 16) % (cols // 16) == 0 for m, k in shapes if m * k)
-    if even:  # the single kernel's tiles (same shapes; 3 programs per SM where they fit; ragged: 2, faster there)
-        launch = _nv_tiling(settings, device, max(m for m, _ in shapes), data.dtype).quantize
     scale_shapes = [_scale_shapes("nvfp4", block, m, k) for m, k in shapes]
     columns = [offsets, _offsets(_amax_chunks(shapes)), [m for m, _ in shapes], [k for _, k in shapes], _offsets(tiles)]
     columns += [_offsets([math.prod(s[side]) for s in scale_shapes]) for side in (0, 1)]
@@ -711,12 +709,12 @@ def _nvfp4_grouped(
                 sum(tiles), INPUT=INPUT_IDS[data.dtype],
                 ROWWISE=rowwise, COLUMNWISE=columnwise, TILE_2D=block == "2d", BM=rows, BK=cols,
                 V=8 // data.element_size(), EVEN=even, SANITIZE=device.type != "cuda", MEMBERS=members,
-                **_resident_options(data, launch, usage, block),
+                **_resident_options(data, launch, usage, block, even),
             )  # fmt: skip
     return {name: value.view(torch.float32) if name.endswith("amax") else value for name, value in out.items()}
 
 
-def _resident_options(data: torch.Tensor, launch: _NvLaunch, usage: str, block: str) -> dict[str, Any]:
+def _resident_options(data: torch.Tensor, launch: _NvLaunch, usage: str, block: str, even: bool) -> dict[str, Any]:
     """``fast.quant.nvfp4``'s launch options; on the GPU, for the rowwise operand alone in 1x16 blocks, a register
     cap that keeps every launched program resident (an SM holds 65536 registers, ``programs_per_sm * num_warps *
     32`` threads: 64 for 8 programs of 4 warps).  The member state that the grouped programs carry costs registers
@@ -724,7 +722,7 @@ def _resident_options(data: torch.Tensor, launch: _NvLaunch, usage: str, block: 
     Triton 3.6 for sm_90, so 6 programs per SM ran and 2 waited (H100, 8 x [4096, 7168]: 0.424 ms, 1.11x single);
     capped at 64, without spills, 0.388 ms.  Not elsewhere: the 16x16 rowwise tile (16 x 2048) spills even
     uncapped, and the columnwise kernel (217 registers, 2 warps, 6 programs per SM) would spill under its cap."""
-    options = _nv_launch_options(data, launch)
+    options = _nv_launch_options(data, launch, resident=not even and usage != "rowwise")
     if data.device.type == "cuda" and usage == "rowwise" and block == "1d":
         options["maxnreg"] = 65536 // (launch.programs_per_sm * launch.num_warps * 32)
     return options

@@ -393,6 +393,12 @@ def _operand_scales(amax_ptr, tensor_scale_ptr, RULE: tl.constexpr):
 
 
 @device
+def _whole(row0, col0, n_rows, n_cols, BR: tl.constexpr, BC: tl.constexpr):
+    """Whether the ``[BR, BC]`` tile at ``(row0, col0)`` lies inside ``[n_rows, n_cols]`` (needs no masks)."""
+    return (row0 + BR <= n_rows) & (col0 + BC <= n_cols)
+
+
+@device
 def _quantize_tile(
     # the operand tile and where it sits
     values,
@@ -547,6 +553,7 @@ def _quantize_columns(
     BM: tl.constexpr,
     BK: tl.constexpr,
     EVEN: tl.constexpr,
+    ALIGNED: tl.constexpr,
     TILE_2D: tl.constexpr,
     ROW_AMAX: tl.constexpr,
     ROUNDING: tl.constexpr,
@@ -594,7 +601,7 @@ def _quantize_columns(
             random = tl.load(e_pointers, mask=col_ok[None, :] & ((row0 + r) < M)[:, None], other=0)
         bits = scaled.to(tl.int32, bitcast=True)
         q = round_to_code(bits, bits, random, 1, 1, 28, 8, True, 7, 7, 7, ROUNDING, RANDOM_BITS)
-    _store_columns(q, code, row0, col0, M, K, scale_stride, data_ptr, scales_ptr, BM, BK, EVEN, ROUNDING == 0)
+    _store_columns(q, code, row0, col0, M, K, scale_stride, data_ptr, scales_ptr, BM, BK, EVEN, ALIGNED, ROUNDING == 0)
 
 
 @device
@@ -611,6 +618,7 @@ def _store_columns(
     BM: tl.constexpr,
     BK: tl.constexpr,
     EVEN: tl.constexpr,
+    ALIGNED: tl.constexpr,
     PAIRS: tl.constexpr,
 ):
     """Store the columnwise operand of one ``[BM, BK]`` tile of ``x``: E2M1 codes of ``q [BM, BK]`` as bytes of row
@@ -618,16 +626,16 @@ def _store_columns(
     apart (``M / 16``, which whole tiles make a multiple of ``BM / 16``, or TE's padded ``round_up(M / 16, 4)``,
     equal to it then).  ``q``: with ``PAIRS`` the scaled float32 values, rounded to nearest here by
     :func:`_e2m1_pairs`, else the codes (in the low 4 bits, zeros from bit 4 to 17: stochastic rounding, or the
-    16 x 16 tiles' codes shared with the rowwise operand).  Ragged: masks in blocks and bytes, as
-    :func:`_quantize_tile`'s."""
+    16 x 16 tiles' codes shared with the rowwise operand).  ``EVEN``: the tile is whole (no masks), else masks in
+    blocks and bytes, as :func:`_quantize_tile`'s; ``ALIGNED``: so is every tile of the operand."""
     c = tl.arange(0, BK)
     g = tl.arange(0, BM // 16)
     j = tl.arange(0, BM // 2)
     col_ok = (col0 + c) < K
     col_base = col0.to(tl.int64)
     # Whole tiles: strides and offsets are multiples of the tile, which Triton's stores need to be vectors.
-    s_stride = tl.multiple_of(scale_stride, BM // 16) if EVEN else scale_stride
-    s_row = tl.multiple_of(row0 // 16, BM // 16) if EVEN else row0 // 16
+    s_stride = tl.multiple_of(scale_stride, BM // 16) if ALIGNED else scale_stride
+    s_row = tl.multiple_of(row0 // 16, BM // 16)
     s_pointers = scales_ptr + col_base * s_stride + (c[None, :] * s_stride + (s_row + g)[:, None])
     if EVEN:
         tl.store(s_pointers, code.to(tl.uint8))
@@ -645,8 +653,9 @@ def _store_columns(
         # Rows 2i and 2i + 1 make byte i: a sum over an axis of 2 (no split, which would need the pair in one thread).
         shift = (tl.arange(0, 2) * 4)[None, :, None]
         packed = tl.sum(tl.reshape(q, [BM // 2, 2, BK]) << shift, axis=1).to(tl.uint8)
-    d_stride = tl.multiple_of(M // 2, BM // 2) if EVEN else M // 2
-    d_row = tl.multiple_of(row0 // 2, BM // 2) if EVEN else row0 // 2
+    # M is a multiple of 16: a row of the codes starts on 8 bytes.
+    d_stride = tl.multiple_of(M // 2, BM // 2 if ALIGNED else 8)
+    d_row = tl.multiple_of(row0 // 2, BM // 2)
     d_pointers = data_ptr + col_base * d_stride + (c[None, :] * d_stride + (d_row + j)[:, None])
     if EVEN:
         tl.store(d_pointers, packed)
@@ -891,7 +900,145 @@ def quantize_tile(
     """Both operands (or the columnwise one) of tile ``tile`` of ``x [M, K]``: the quantize kernel's tile body,
     also run by ``fast.group``'s grouped kernel on each member's tiles (pointers at the member, its padded
     scale strides, its ``p0, p1``).  ``ROWWISE`` needs ``COLUMNWISE`` here (the rowwise operand alone is
-    :func:`rowwise_tile`'s)."""
+    :func:`rowwise_tile`'s).
+
+    ``EVEN``: every tile of ``x`` is whole.  Else, where the body fits 168 registers (16-bit input, round to nearest,
+    tensor amax, no RHT), the tiles that are whole (all but the last row and column of tiles) run without masks: a
+    separate copy of the body, since masks chosen by branches inside it held both variants' values at once (167 ->
+    226 registers, Triton 3.6 for sm_90).  H100, bfloat16, 8 uneven experts x 7168 (``fast.group``): 0.729 ->
+    0.613 ms.  The other variants take 226-255 registers already and were slower with the copy (float32 [32752,
+    7168] both: 0.909 -> 0.935 ms; RHT spilled more), so their ragged operands keep masks on every tile."""
+    whole = EVEN
+    if not EVEN and INPUT != 0 and ROUNDING == 0 and not ROW_AMAX and not RHT:
+        tiles_k = tl.cdiv(K, BK)
+        whole = _whole((tile // tiles_k) * BM, (tile % tiles_k) * BK, M, K, BM, BK)
+    if whole:
+        _operands_tile(
+            x_ptr,
+            tile,
+            M,
+            K,
+            p0,
+            p1,
+            t_p0,
+            t_p1,
+            random_ptr,
+            data_ptr,
+            scales_ptr,
+            amax_ptr,
+            tensor_scale_ptr,
+            columnwise_random_ptr,
+            columnwise_data_ptr,
+            columnwise_scales_ptr,
+            columnwise_amax_ptr,
+            columnwise_tensor_scale_ptr,
+            scale_stride,
+            columnwise_scale_stride,
+            INPUT,
+            ROWWISE,
+            COLUMNWISE,
+            TILE_2D,
+            ROW_AMAX,
+            RHT,
+            ROUNDING,
+            RANDOM_BITS,
+            COLUMNWISE_RANDOM_BITS,
+            RULE,
+            ZERO_ENC,
+            BM,
+            BK,
+            True,
+            EVEN,
+            SANITIZE,
+        )
+    else:
+        _operands_tile(
+            x_ptr,
+            tile,
+            M,
+            K,
+            p0,
+            p1,
+            t_p0,
+            t_p1,
+            random_ptr,
+            data_ptr,
+            scales_ptr,
+            amax_ptr,
+            tensor_scale_ptr,
+            columnwise_random_ptr,
+            columnwise_data_ptr,
+            columnwise_scales_ptr,
+            columnwise_amax_ptr,
+            columnwise_tensor_scale_ptr,
+            scale_stride,
+            columnwise_scale_stride,
+            INPUT,
+            ROWWISE,
+            COLUMNWISE,
+            TILE_2D,
+            ROW_AMAX,
+            RHT,
+            ROUNDING,
+            RANDOM_BITS,
+            COLUMNWISE_RANDOM_BITS,
+            RULE,
+            ZERO_ENC,
+            BM,
+            BK,
+            False,
+            False,
+            SANITIZE,
+        )
+
+
+@device
+def _operands_tile(
+    # the input, the tile (row-major order of x's [BM, BK] tiles) and x's dims
+    x_ptr,
+    tile,
+    M,
+    K,
+    # per-tensor scale parameters (_global_scales) of each operand, unused for ROW_AMAX
+    p0,
+    p1,
+    t_p0,
+    t_p1,
+    # rowwise and columnwise pointers
+    random_ptr,
+    data_ptr,
+    scales_ptr,
+    amax_ptr,
+    tensor_scale_ptr,
+    columnwise_random_ptr,
+    columnwise_data_ptr,
+    columnwise_scales_ptr,
+    columnwise_amax_ptr,
+    columnwise_tensor_scale_ptr,
+    # bytes between the rows of each operand's scales: K / 16 and M / 16, or TE's padded round_up(., 4)
+    scale_stride,
+    columnwise_scale_stride,
+    # variant
+    INPUT: tl.constexpr,
+    ROWWISE: tl.constexpr,
+    COLUMNWISE: tl.constexpr,
+    TILE_2D: tl.constexpr,
+    ROW_AMAX: tl.constexpr,
+    RHT: tl.constexpr,
+    ROUNDING: tl.constexpr,
+    RANDOM_BITS: tl.constexpr,
+    COLUMNWISE_RANDOM_BITS: tl.constexpr,
+    RULE: tl.constexpr,
+    ZERO_ENC: tl.constexpr,
+    # tiling
+    BM: tl.constexpr,
+    BK: tl.constexpr,
+    EVEN: tl.constexpr,
+    ALIGNED: tl.constexpr,
+    SANITIZE: tl.constexpr,
+):
+    """:func:`quantize_tile`'s body: ``EVEN``, the tile is whole (no masks); ``ALIGNED``, every tile is (strides are
+    multiples of the tile)."""
     SHARED: tl.constexpr = ROWWISE and TILE_2D and not RHT and ROUNDING == 0
     tiles_k = tl.cdiv(K, BK)
     row0 = (tile // tiles_k) * BM
@@ -940,6 +1087,7 @@ def quantize_tile(
             BM,
             BK,
             EVEN,
+            ALIGNED,
             False,
         )
     elif COLUMNWISE:
@@ -963,6 +1111,7 @@ def quantize_tile(
             BM,
             BK,
             EVEN,
+            ALIGNED,
             TILE_2D,
             ROW_AMAX,
             ROUNDING,
@@ -1324,11 +1473,10 @@ same tiles."""
 _BOTH_3 = _BOTH._replace(quantize=_Launch(128, 64, 4, 3))
 """Both operands in the single kernel, round to nearest from bfloat16 or float16, per-tensor amax, no RHT: 168
 registers in Triton 3.6 (sm_90) since the float16x2 rounding, so 3 programs of 4 warps fit an SM (H100, bfloat16
-8192 x 8192: 0.1851 -> 0.1696 ms), ragged shapes too (167: their masks in 16-element steps, see
-:func:`_quantize_tile`).  Float32 inputs, row amaxes and RHT take 226-255 registers (2 programs).  ``fast.group``'s
-grouped kernel takes 168 and runs this tiling on whole tiles; on ragged members it takes 168 too (215 before the
-masks in 16-element steps) but keeps 2 programs per SM, which were faster there (H100, 8 uneven experts x 7168
-bfloat16: 0.729 against 0.781 ms)."""
+8192 x 8192: 0.1851 -> 0.1696 ms); on ragged shapes under a register cap (``_launch_options``' ``resident``: the
+edge tiles' masked copy of the body, see :func:`quantize_tile`).  Float32 inputs, row amaxes and RHT take 226-255
+registers (2 programs).  ``fast.group``'s grouped kernel takes 168 and runs this tiling too: on 8 uneven experts
+x 7168 (H100, bfloat16) 0.617 ms at 3 programs against 0.639 ms at 2."""
 _COLUMNWISE = _BOTH._replace(quantize=_Launch(128, 32, 2, 6))
 """The columnwise operand alone: 128 x 32 tiles, 2 warps, 6 programs per SM (H100: 0.128 ms, 0.134 with
 ``_BOTH``'s tiles, 0.251 with the 16 x 128 tiles before)."""
@@ -1337,9 +1485,8 @@ _STOCHASTIC = _BOTH._replace(quantize=_Launch(64, 64, 4, 2))
 ``round_to_code`` and the random bits spill registers at 64."""
 
 
-def _tiling(s: _Settings, device_: torch.device, rows: int, dtype: torch.dtype | None) -> _Tiling:
-    """The launch shapes of these settings for inputs of ``rows`` rows and type ``dtype`` on ``device_`` (``None``:
-    2 programs per SM for both operands, which ``fast.group``'s grouped kernel asks for on ragged members).
+def _tiling(s: _Settings, device_: torch.device, rows: int, dtype: torch.dtype) -> _Tiling:
+    """The launch shapes of these settings for inputs of ``rows`` rows and type ``dtype`` on ``device_``.
     Triton's interpreter pays per program, not per element: large CPU inputs take 128-row tiles there (the same
     code, other constexprs; small inputs keep the GPU's tiles, which the CPU tests check)."""
     if not s.columnwise:
@@ -1390,11 +1537,21 @@ def _interpreter_errstate(x: torch.Tensor) -> contextlib.AbstractContextManager[
     return np.errstate(over="ignore", invalid="ignore", divide="ignore")
 
 
-def _launch_options(x: torch.Tensor, launch: _Launch) -> dict[str, Any]:
-    """Warps, and no floating-point contraction on the GPU: an FMA would skip the rounding of a product."""
+def _launch_options(x: torch.Tensor, launch: _Launch, resident: bool = False) -> dict[str, Any]:
+    """Warps, and no floating-point contraction on the GPU: an FMA would skip the rounding of a product.
+
+    ``resident``: cap the registers at what keeps ``launch.programs_per_sm`` programs on an SM (65536 registers
+    for ``programs_per_sm * num_warps * 32`` threads).  :func:`quantize_tile` on a ragged operand holds two
+    copies of its body (masked edge tiles, unmasked others) and ptxas gives the pair more registers than either
+    needs (both operands, bfloat16: 245 against 168, and 168 without spills under the cap of 3 programs of 4
+    warps; Triton 3.6 for sm_90)."""
     if x.device.type != "cuda":
         return {"num_warps": launch.num_warps}
-    return {"num_warps": launch.num_warps, "enable_fp_fusion": False}
+    options = {"num_warps": launch.num_warps, "enable_fp_fusion": False}
+    cap = 65536 // (launch.programs_per_sm * launch.num_warps * 32) // 8 * 8
+    if resident and cap < 256:
+        options["maxnreg"] = cap
+    return options
 
 
 def _programs(x: torch.Tensor, tiles: int, per_sm: int) -> int:
@@ -1532,7 +1689,7 @@ def _quantize_pass(
         COLUMNWISE_RANDOM_BITS=0 if columnwise_random_bits is None else _RANDOM_DTYPES[columnwise_random_bits.dtype],
         BM=q.rows,
         BK=q.cols,
-        **_launch_options(x, q),
+        **_launch_options(x, q, resident=not variant["EVEN"]),
     )
 
 
