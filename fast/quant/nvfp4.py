@@ -1384,7 +1384,7 @@ def _outputs(x: torch.Tensor, s: _Settings, given: list[torch.Tensor]) -> dict[s
     if s.columnwise:
         amax_sizes.append(cols if s.amax_scope == "row" else 1)
     if given:
-        amax_bits = torch.cat([amax.view(torch.int32) for amax in given])
+        amax_bits = torch.cat([amax.detach().view(torch.int32) for amax in given])
     else:
         amax_bits = torch.zeros(sum(amax_sizes), dtype=torch.int32, device=x.device)
     parts = list(torch.split(amax_bits, amax_sizes))
