@@ -12,7 +12,8 @@ and documented entry points, eagerly, on CUDA when a GPU is present and on the C
   unpadded ``[M, K/32]`` part; the padding is don't-care).  The edge behaviour (``edges``) is the
   version's: ``torchao_018`` for 0.18.x, ``torchao`` (its main branch, 36027d8) after; earlier
   versions have no variant in the spec.  FP6 is one code per byte, FP4 packed low nibble first.
-- ``quant.nvfp4``: ``nvfp4_quantize(x, 16, per_tensor_amax_to_scale(torch.max(|x|)))``: the rowwise
+- ``quant.nvfp4``: ``nvfp4_quantize(x, 16, per_tensor_amax_to_scale(torch.max(|x|)))``, or of the
+  given ``amax`` (``amax_source=given``, torchao's ``per_tensor_scale`` argument): the rowwise
   operand, 1x16 blocks, the tensor amax, round to nearest; ``scale_rule=torchao`` on the CPU and
   ``torchao_cuda`` on CUDA (torch divides by a Python scalar through its reciprocal there); from
   torchao 0.17 (before, it divided by the block scales instead of multiplying by reciprocals).
@@ -121,8 +122,9 @@ def _nvfp4(torch: Any, device: str, version: str) -> Implementation:
     rule = "torchao_cuda" if device == "cuda" else "torchao"
     claimed = {"usage": "rowwise", "block": "1x16", "amax_scope": "tensor", "rht": False, "rounding": "rne"}
 
-    def quantize(x: Any, **params: Any) -> dict[str, Any]:
-        amax = torch.max(torch.abs(x)).float()
+    def quantize(x: Any, amax: Any = None, **params: Any) -> dict[str, Any]:
+        if amax is None:
+            amax = torch.max(torch.abs(x)).float()
         tensor_scale = per_tensor_amax_to_scale(amax)
         scales, data = nvfp4_quantize(_widened(torch, x), NVFP4_BLOCK, tensor_scale)
         return {

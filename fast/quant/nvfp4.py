@@ -18,7 +18,8 @@ swizzle of the scales is the separate contract ``layout.scale_swizzle``.
 
 Kernels
 -------
-Two passes over ``x``, the fewest a global amax allows:
+Two passes over ``x``, the fewest a global amax allows; with ``amax_source="given"`` the caller's amaxes are
+copied into the amax buffers (one small copy) and only the quantize pass runs, one read of ``x``:
 
 1. ``_nvfp4_amax_kernel``: persistent programs keep an elementwise running maximum of ``|x|`` (and,
    with RHT, of the transformed columnwise operand) with ``max.f32``, which ignores NaN as TE's
@@ -90,6 +91,7 @@ from fast.pack import nibbles as pack_nibbles
 
 __all__ = [
     "AMAX_SCOPES",
+    "AMAX_SOURCES",
     "BLOCKS",
     "PATH_ENV",
     "RHT_SIGN_MASK",
@@ -106,6 +108,7 @@ __all__ = [
 ]
 
 USAGES: tuple[str, ...] = ("both", "rowwise", "columnwise")
+AMAX_SOURCES: tuple[str, ...] = ("computed", "given")
 BLOCKS: tuple[str, ...] = ("1x16", "16x16")
 AMAX_SCOPES: tuple[str, ...] = ("tensor", "row")
 ROUNDINGS: tuple[str, ...] = ("rne", "stochastic")
@@ -143,6 +146,7 @@ class _Settings(NamedTuple):
     rounding: str
     scale_rule: str
     zero_scale: str
+    amax_source: str = "computed"  # fast.group builds settings without it
 
     @property
     def rowwise(self) -> bool:
@@ -253,8 +257,8 @@ def _e4m3_scale_interpreted(target):
 @device_modes(interpreted=_e4m3_scale_interpreted)
 def _e4m3_scale(target):
     """``(code, value)`` of :func:`_e4m3_rne`, by the hardware: ``cvt.rn.satfinite.e4m3x2.f32``
-    (``fast._triton.fp8_code``: nearest even, saturating at 448, NaN -> 0x7F, float32 subnormals -> 0, all of them
-    :func:`_e4m3_rne`'s codes for ``target >= 0``) and the exact conversion of the code back to float32."""
+    (``fast._triton.fp8_code``: nearest even, saturating at +-448, NaN -> 0x7F, float32 subnormals -> +-0, all of
+    them :func:`_e4m3_rne`'s codes) and the exact conversion of the code back to float32."""
     code = fp8_code(target, False)
     return code, code.to(tl.float8e4nv, bitcast=True).to(tl.float32)
 
@@ -335,20 +339,26 @@ def _random_halves(words, RANDOM_BITS: tl.constexpr):
 
 @device
 def _e4m3_rne(v):
-    """``(code, value)`` of finite ``v >= 0`` rounded to E4M3 (nearest even, saturating at 448); NaN -> 0x7F.
+    """``(code, value)`` of float32 ``v`` rounded to E4M3 (nearest even, saturating at +-448, float32 subnormals to
+    +-0); NaN -> 0x7F.
 
-    From ``2**-6`` up the float32 bits are rounded to nearest even at bit 20 in place (``value``) and
-    rebiased (``code``); below it the E4M3 subnormals are the multiples of ``2**-9``, which one float32
-    addition of ``1.5 * 2**14`` (spacing ``2**-9``) rounds to, leaving the count in the low bits.
+    On ``a = |v|``: from ``2**-6`` up the float32 bits are rounded to nearest even at bit 20 in place (``value``)
+    and rebiased (``code``); below it the E4M3 subnormals are the multiples of ``2**-9``, which one float32
+    addition of ``1.5 * 2**14`` (spacing ``2**-9``) rounds to, leaving the count in the low bits.  The sign
+    goes back on last (a negative ``v`` comes only from a negative given amax under the ``te`` rule).
     """
     bits = v.to(tl.int32, bitcast=True)
-    rounded = ((bits + 0x7FFFF + ((bits >> 20) & 1)) & -1048576).to(tl.float32, bitcast=True)  # -1048576: 0xFFF00000
+    sign = bits & -2147483648  # 0x80000000
+    magnitude = bits & 0x7FFFFFFF
+    a = magnitude.to(tl.float32, bitcast=True)
+    rounded = ((magnitude + 0x7FFFF + ((magnitude >> 20) & 1)) & -1048576).to(tl.float32, bitcast=True)  # 0xFFF00000
     normal = tl.minimum(rounded, 448.0)
-    shifted = v + 24576.0
-    is_normal = v >= 0.015625
+    shifted = a + 24576.0
+    is_normal = a >= 0.015625
     value = tl.where(is_normal, normal, shifted - 24576.0)
     code = tl.where(is_normal, (normal.to(tl.int32, bitcast=True) >> 20) - 960, shifted.to(tl.int32, bitcast=True) & 15)
-    return tl.where(v != v, 0x7F, code), tl.where(v != v, v, value)
+    signed = (value.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+    return tl.where(v != v, 0x7F, code | ((sign >> 24) & 0x80)), tl.where(v != v, v, signed)
 
 
 @device
@@ -896,11 +906,13 @@ def quantize_tile(
     BK: tl.constexpr,
     EVEN: tl.constexpr,
     SANITIZE: tl.constexpr,
+    SAME_AMAX: tl.constexpr = True,
 ):
     """Both operands (or the columnwise one) of tile ``tile`` of ``x [M, K]``: the quantize kernel's tile body,
     also run by ``fast.group``'s grouped kernel on each member's tiles (pointers at the member, its padded
     scale strides, its ``p0, p1``).  ``ROWWISE`` needs ``COLUMNWISE`` here (the rowwise operand alone is
-    :func:`rowwise_tile`'s).
+    :func:`rowwise_tile`'s).  ``SAME_AMAX``: both operands have the same tensor amax (a computed one without
+    RHT; given ones may differ), so 16 x 16 tiles share their codes.
 
     ``EVEN``: every tile of ``x`` is whole.  Else, where the body fits 168 registers (16-bit input, round to nearest,
     tensor amax, no RHT), the tiles that are whole (all but the last row and column of tiles) run without masks: a
@@ -950,6 +962,7 @@ def quantize_tile(
             True,
             EVEN,
             SANITIZE,
+            SAME_AMAX,
         )
     else:
         _operands_tile(
@@ -989,6 +1002,7 @@ def quantize_tile(
             False,
             False,
             SANITIZE,
+            SAME_AMAX,
         )
 
 
@@ -1036,10 +1050,11 @@ def _operands_tile(
     EVEN: tl.constexpr,
     ALIGNED: tl.constexpr,
     SANITIZE: tl.constexpr,
+    SAME_AMAX: tl.constexpr,
 ):
     """:func:`quantize_tile`'s body: ``EVEN``, the tile is whole (no masks); ``ALIGNED``, every tile is (strides are
     multiples of the tile)."""
-    SHARED: tl.constexpr = ROWWISE and TILE_2D and not RHT and ROUNDING == 0
+    SHARED: tl.constexpr = SAME_AMAX and ROWWISE and TILE_2D and not RHT and ROUNDING == 0
     tiles_k = tl.cdiv(K, BK)
     row0 = (tile // tiles_k) * BM
     col0 = (tile % tiles_k) * BK
@@ -1155,6 +1170,7 @@ def _nvfp4_quantize_kernel(
     BK: tl.constexpr,
     EVEN: tl.constexpr,
     SANITIZE: tl.constexpr,
+    SAME_AMAX: tl.constexpr,
 ):
     tiles = tl.cdiv(M, BM) * tl.cdiv(K, BK)
     p0 = tl.full([], 0.0, tl.float32)
@@ -1204,6 +1220,7 @@ def _nvfp4_quantize_kernel(
             BK,
             EVEN,
             SANITIZE,
+            SAME_AMAX,
         )
 
 
@@ -1506,8 +1523,9 @@ def _tiling(s: _Settings, device_: torch.device, rows: int, dtype: torch.dtype) 
     return tiling
 
 
-def _outputs(x: torch.Tensor, s: _Settings) -> dict[str, torch.Tensor]:
-    """Allocate every output; the amax buffers are int32 zeros (``atomic_max`` of float bit patterns)."""
+def _outputs(x: torch.Tensor, s: _Settings, given: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Allocate every output; the amax buffers are int32 zeros (``atomic_max`` of float bit patterns), or the bits
+    of the ``given`` amaxes (float32 ``[1]`` each, the operands' in order), copied in one launch."""
     rows, cols = x.shape
     out: dict[str, torch.Tensor] = {}
     amax_sizes = []
@@ -1515,7 +1533,10 @@ def _outputs(x: torch.Tensor, s: _Settings) -> dict[str, torch.Tensor]:
         amax_sizes.append(rows if s.amax_scope == "row" else 1)
     if s.columnwise:
         amax_sizes.append(cols if s.amax_scope == "row" else 1)
-    amax_bits = torch.zeros(sum(amax_sizes), dtype=torch.int32, device=x.device)
+    if given:
+        amax_bits = torch.cat([amax.detach().view(torch.int32) for amax in given])
+    else:
+        amax_bits = torch.zeros(sum(amax_sizes), dtype=torch.int32, device=x.device)
     parts = list(torch.split(amax_bits, amax_sizes))
     for prefix, wanted, shape in (("", s.rowwise, (rows, cols)), ("columnwise_", s.columnwise, (cols, rows))):
         if not wanted:
@@ -1687,6 +1708,7 @@ def _quantize_pass(
         COLUMNWISE=True,
         RHT=s.rht,
         COLUMNWISE_RANDOM_BITS=0 if columnwise_random_bits is None else _RANDOM_DTYPES[columnwise_random_bits.dtype],
+        SAME_AMAX=s.amax_source == "computed",
         BM=q.rows,
         BK=q.cols,
         **_launch_options(x, q, resident=not variant["EVEN"]),
@@ -1698,14 +1720,16 @@ def _quantize_triton(
     s: _Settings,
     random_bits: torch.Tensor | None,
     columnwise_random_bits: torch.Tensor | None,
+    given: list[torch.Tensor],
     tiling: _Tiling | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Both passes with the Triton kernels (arguments checked, ``x`` contiguous); ``tiling`` overrides the
-    launch shapes (the benchmarks' sweeps)."""
-    out = _outputs(x, s)
+    """Both passes with the Triton kernels, or the quantize pass alone from the ``given`` amaxes (arguments checked,
+    ``x`` contiguous); ``tiling`` overrides the launch shapes (the benchmarks' sweeps)."""
+    out = _outputs(x, s, given)
     tiling = tiling or _tiling(s, x.device, x.shape[0], x.dtype)
     with _interpreter_errstate(x):
-        _amax_pass(x, s, out, tiling)
+        if not given:
+            _amax_pass(x, s, out, tiling)
         _quantize_pass(x, s, out, random_bits, columnwise_random_bits, tiling)
     for prefix in ("", "columnwise_"):
         if f"{prefix}amax" in out:
@@ -1747,29 +1771,31 @@ def _e4m3_values(codes: torch.Tensor) -> torch.Tensor:
 
 
 def _torch_operand(
-    values: torch.Tensor, random_bits: torch.Tensor | None, s: _Settings
+    values: torch.Tensor, random_bits: torch.Tensor | None, given_amax: torch.Tensor | None, s: _Settings
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(data, scales, amax, tensor_scale)`` of one float32 operand ``[R, C]`` with torch ops."""
+    """``(data, scales, amax, tensor_scale)`` of one float32 operand ``[R, C]`` with torch ops; ``given_amax``
+    (float32 ``[1]``) replaces the operand's amax (a copy of it is returned)."""
     rows, cols = values.shape
     magnitude = values.view(torch.int32) & 0x7FFFFFFF
     if s.scale_rule == "te":
         magnitude = magnitude.masked_fill(magnitude > _F32_INF, 0)
-    amax_bits = magnitude.amax(dim=1) if s.amax_scope == "row" else magnitude.amax().reshape(1)
-    amax = amax_bits.view(torch.float32)
+    if given_amax is not None:
+        amax = given_amax.clone()
+    else:
+        amax_bits = magnitude.amax(dim=1) if s.amax_scope == "row" else magnitude.amax().reshape(1)
+        amax = amax_bits.view(torch.float32)
     blocks = magnitude.reshape(rows, cols // 16, 16).amax(dim=2)
     if s.block == "16x16":
         blocks = blocks.reshape(rows // 16, 16, cols // 16).amax(dim=1).repeat_interleave(16, dim=0)
     block_amax = blocks.view(torch.float32)
-    if s.scale_rule == "te":
-        encode = torch.minimum(_full(amax, 2688.0) / amax, _full(amax, _FLT_MAX))
+    if s.scale_rule == "te":  # torch.fmin is TE's fminf: it drops a NaN operand (a given NaN or negative amax)
+        encode = torch.fmin(_full(amax, 2688.0) / amax, _full(amax, _FLT_MAX))
         encode = torch.where((amax == 0) | (encode == 0), _full(amax, 1.0), encode)
         tensor_scale = _full(encode, 1.0) / encode
-        target = torch.minimum(
-            block_amax * (encode * _full(encode, _SIXTH)).reshape(-1, 1), _full(block_amax, _FLT_MAX)
-        )
+        target = torch.fmin(block_amax * (encode * _full(encode, _SIXTH)).reshape(-1, 1), _full(block_amax, _FLT_MAX))
         codes = cast_fp8(target.contiguous(), format="float8_e4m3fn", overflow="saturate")["codes"]
         block_scale = _e4m3_values(codes)
-        enc = torch.minimum(
+        enc = torch.fmin(
             _full(block_scale, 1.0) / (block_scale * tensor_scale.reshape(-1, 1)), _full(block_scale, _FLT_MAX)
         )
         if s.zero_scale == "zero":
@@ -1792,7 +1818,11 @@ def _torch_operand(
 
 
 def _quantize_torch(
-    x: torch.Tensor, s: _Settings, random_bits: torch.Tensor | None, columnwise_random_bits: torch.Tensor | None
+    x: torch.Tensor,
+    s: _Settings,
+    random_bits: torch.Tensor | None,
+    columnwise_random_bits: torch.Tensor | None,
+    given: list[torch.Tensor],
 ) -> dict[str, torch.Tensor]:
     values = x.to(torch.float32)
     out: dict[str, torch.Tensor] = {}
@@ -1802,8 +1832,8 @@ def _quantize_torch(
     if s.columnwise:
         operand = values.t().contiguous()
         operands.append(("columnwise_", _torch_hadamard_16(operand) if s.rht else operand, columnwise_random_bits))
-    for prefix, operand, bits in operands:
-        data, scales, amax, tensor_scale = _torch_operand(operand, bits, s)
+    for (prefix, operand, bits), given_amax in zip(operands, given or [None] * len(operands), strict=True):
+        data, scales, amax, tensor_scale = _torch_operand(operand, bits, given_amax, s)
         out.update(
             {
                 f"{prefix}data": data,
@@ -1835,6 +1865,12 @@ def _check_settings(s: _Settings) -> None:
     _check_choice("rounding", s.rounding, ROUNDINGS)
     _check_choice("scale_rule", s.scale_rule, SCALE_RULES)
     _check_choice("zero_scale", s.zero_scale, ZERO_SCALES)
+    _check_choice("amax_source", s.amax_source, AMAX_SOURCES)
+    if s.amax_source == "given" and s.amax_scope == "row":
+        raise ValueError(
+            "Got amax_source='given' and amax_scope='row', but a given amax is per tensor "
+            "(TE's quantize_with_amax does not support row-scaled NVFP4); use amax_scope='tensor'"
+        )
     if s.amax_scope == "row":
         for name, value, allowed in (
             ("rht", s.rht, False),
@@ -1907,6 +1943,26 @@ def _check_random_bits(
         raise ValueError(f"Got {name} on {bits.device}, but {name} must be on x's device ({x.device})")
 
 
+def _check_amax(name: str, amax: object, amax_source: str, needed: bool, x: torch.Tensor) -> None:
+    if amax_source != "given" or not needed:
+        if amax is not None:
+            why = f"amax_source={amax_source!r}" if amax_source != "given" else "usage, which leaves this operand out"
+            raise ValueError(f"Got {name} with {why}, but {name} is only for amax_source='given' and its operand")
+        return
+    if amax is None:
+        raise ValueError(
+            f"Got amax_source='given' and no {name}, but a given amax needs {name}: a float32 tensor of shape (1,)"
+        )
+    if not isinstance(amax, torch.Tensor):
+        raise TypeError(f"Got {name} of type {type(amax).__name__}, but {name} must be a torch.Tensor")
+    if amax.dtype != torch.float32:
+        raise TypeError(f"Got {name}.dtype={_dtype_name(amax.dtype)}, but {name} must be float32")
+    if tuple(amax.shape) != (1,):
+        raise ValueError(f"Got {name}.shape={tuple(amax.shape)}, but {name} must have shape (1,)")
+    if amax.device != x.device:
+        raise ValueError(f"Got {name} on {amax.device}, but {name} must be on x's device ({x.device})")
+
+
 # %% Public function
 
 
@@ -1920,8 +1976,11 @@ def nvfp4(
     rounding: str = "rne",
     scale_rule: str = "te",
     zero_scale: str = "flt_max",
+    amax_source: str = "computed",
     random_bits: torch.Tensor | None = None,
     columnwise_random_bits: torch.Tensor | None = None,
+    amax: torch.Tensor | None = None,
+    columnwise_amax: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """Quantize a float32/bfloat16/float16 matrix to NVFP4: rowwise and/or columnwise operands.
 
@@ -1933,13 +1992,16 @@ def nvfp4(
     0 / Inf; torchao: ``amax / 2688``), E4M3 block scales over 1x16 blocks or 16x16 tiles, encode
     scales (``zero_scale`` decides a block scale that rounds to 0 under ``te``) and E2M1 codes of
     ``fl32(v * enc)``, rounded to nearest even or stochastically with ``random_bits`` /
-    ``columnwise_random_bits``.
+    ``columnwise_random_bits``.  ``amax_source="given"``: the per-tensor amaxes are ``amax`` /
+    ``columnwise_amax`` (float32 ``[1]`` on ``x``'s device, any value: 0, Inf, NaN, negative follow
+    the rule's arithmetic; a block above it saturates its scale to 448 and its elements to ±6), copied
+    into the ``amax`` outputs, and the Triton path reads ``x`` once.
 
     Source
     ------
     TransformerEngine@d0067d0 ``common/cast/nvfp4`` (kernels), ``reference_nvfp4.py``,
-    ``test_cast_nvfp4_transpose.cu``; torchao ``nvfp4_quantize``; see the spec for which value
-    follows which.
+    ``test_cast_nvfp4_transpose.cu``, ``NVFP4Quantizer::quantize_with_amax``; torchao
+    ``nvfp4_quantize`` (``per_tensor_scale``); see the spec for which value follows which.
 
     Encoding
     --------
@@ -1956,16 +2018,20 @@ def nvfp4(
     The implementation (Triton kernels or torch ops) is chosen per call by ``QCONFORM_FAST_PATH``.
     Raises ``TypeError`` unless ``x`` is a float32, bfloat16 or float16 tensor and random bits are
     uint8 or uint32 tensors; ``ValueError`` for unknown or unsupported parameters (as the
-    reference), an ``x`` that is not 2-D, empty or not a multiple of 16 in both dims, and random
-    bits missing, superfluous, of the wrong shape or on another device; ``RuntimeError`` where a
-    forced Triton path cannot run.
+    reference), an ``x`` that is not 2-D, empty or not a multiple of 16 in both dims, random bits
+    missing, superfluous, of the wrong shape or on another device, and given amaxes missing,
+    superfluous, not of shape ``(1,)`` or on another device (``TypeError`` unless float32 tensors);
+    ``RuntimeError`` where a forced Triton path cannot run.
     """
-    s = _Settings(usage, block, amax_scope, rht, rounding, scale_rule, zero_scale)
+    s = _Settings(usage, block, amax_scope, rht, rounding, scale_rule, zero_scale, amax_source)
     _check_settings(s)
     _check_x(x)
     rows, cols = x.shape
     _check_random_bits("random_bits", random_bits, rounding, s.rowwise, (rows, cols), x)
     _check_random_bits("columnwise_random_bits", columnwise_random_bits, rounding, s.columnwise, (cols, rows), x)
+    _check_amax("amax", amax, amax_source, s.rowwise, x)
+    _check_amax("columnwise_amax", columnwise_amax, amax_source, s.columnwise, x)
+    given = [t for t in (amax, columnwise_amax) if t is not None]
     x = x.contiguous()
     if random_bits is not None:
         random_bits = random_bits.contiguous()
@@ -1974,7 +2040,7 @@ def nvfp4(
     run: Callable[..., dict[str, torch.Tensor]] = (
         _quantize_triton if selected_path(x.device) == "triton" else _quantize_torch
     )
-    return run(x, s, random_bits, columnwise_random_bits)
+    return run(x, s, random_bits, columnwise_random_bits, given)
 
 
 # %% Benchmark

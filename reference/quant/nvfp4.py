@@ -5,6 +5,9 @@ Source: NVIDIA/TransformerEngine@d0067d0 ``common/cast/nvfp4/core_nvfp4.cuh``,
 ``pytorch/custom_recipes/reference_nvfp4.py``, ``tests/cpp/operator/test_cast_nvfp4_transpose.cu``;
 pytorch/ao@36027d8 ``torchao/prototype/mx_formats/nvfp4_tensor.py`` (``nvfp4_quantize``,
 ``per_tensor_amax_to_scale``); shared/notes/te_contracts.md §0, §5, torch_contracts.md §5.
+A given amax (``amax_source="given"``): TE ``pytorch/csrc/quantizer.cpp``
+``NVFP4Quantizer::quantize_with_amax`` and ``quantize_impl`` (``compute_amax=false``, the amax
+all-reduce of ``with_amax_reduction``); torchao ``nvfp4_quantize(x, 16, per_tensor_scale)``.
 
 Operands
 --------
@@ -15,10 +18,14 @@ rows, with its own amax:
 
 1. ``amax``: ``max |v|`` over the operand (``amax_scope="tensor"``, shape ``[1]``) or over each
    of its rows (``"row"``, shape ``[rows]``); NaN is ignored (``fmaxf``) and an all-NaN operand
-   gives 0.  torchao's rules take ``torch.max`` instead, which propagates NaN.
+   gives 0.  torchao's rules take ``torch.max`` instead, which propagates NaN.  With
+   ``amax_source="given"`` the caller's float32 ``[1]`` value replaces it (``amax`` for the rowwise
+   operand, ``columnwise_amax`` for the columnwise one, after the transform when ``rht``), whatever
+   the data: the steps below run on its bits unchanged.
 2. the tensor scale, from the amax (``fl32`` = one float32 rounding, ``FLT_MAX`` = float32 max):
 
-   - ``te``: ``S_enc = min(fl32(2688 / amax), FLT_MAX)`` (2688 = 448 * 6), replaced by 1 when
+   - ``te``: ``S_enc = min(fl32(2688 / amax), FLT_MAX)`` (2688 = 448 * 6; ``min`` is ``fminf``,
+     which drops a NaN operand, so a NaN amax gives ``FLT_MAX``), replaced by 1 when
      ``amax == 0`` or ``S_enc == 0`` (``amax = Inf``); ``S_dec = fl32(1 / S_enc)`` is the output
      ``tensor_scale``;
    - ``torchao``: ``pts = fl32(amax / 2688)`` (``torchao_cuda``: ``fl32(amax * fl32(1/2688))``,
@@ -29,12 +36,15 @@ rows, with its own amax:
 
    - ``te``: ``sf = e4m3(min(fl32(b * fl32(S_enc * fl32(1/6))), FLT_MAX))``,
      ``enc = min(fl32(1 / fl32(sf * S_dec)), FLT_MAX)``; when ``sf`` rounds to 0 for a nonzero
-     block, ``enc`` is ``FLT_MAX`` (``zero_scale="flt_max"``) or 0 (``"zero"``);
+     block, ``enc`` is ``FLT_MAX`` (``zero_scale="flt_max"``) or 0 (``"zero"``); a block amax
+     above the tensor amax (a given one) makes ``b * S_enc / 6`` exceed 448, which the saturating
+     conversion (``static_cast<fp8e4m3>``: ``__NV_SATFINITE``) makes 448 (0x7E);
    - ``torchao``: ``sf = e4m3(clamp(fl32(fl32(b / 6) / pts), 2**-6, 448))`` (``torchao_cuda``:
      ``fl32(b * fl32(1/6))``), ``enc = fl32(fl32(1 / pts) / sf)``; the clamp floor keeps every
      block scale nonzero.
 4. each element ``q = e2m1(fl32(v * enc))``: round to nearest even (or stochastically with
-   explicit random bits, ``cast.fp4``'s rule), saturating to ±6, NaN to +6.
+   explicit random bits, ``cast.fp4``'s rule), saturating to ±6 (``cvt.rn.satfinite``; torchao
+   clamps to ±6 first), NaN to +6.
 
 Random Hadamard transform (``rht=True``, columnwise operand only)
 -----------------------------------------------------------------
@@ -72,6 +82,7 @@ from reference.pack import nibbles
 
 __all__ = [
     "AMAX_SCOPES",
+    "AMAX_SOURCES",
     "BLOCKS",
     "RHT_SIGN_MASK",
     "ROUNDINGS",
@@ -97,6 +108,9 @@ CPU (IEEE divisions) or on CUDA (a division by a Python scalar is a multiplicati
 reciprocal)."""
 ZERO_SCALES: tuple[str, ...] = ("flt_max", "zero")
 """The encode scale of a block whose E4M3 scale rounds to 0 (``te`` rule only)."""
+AMAX_SOURCES: tuple[str, ...] = ("computed", "given")
+"""Each operand's per-tensor amax: max |v| of the operand, or the caller's (TE ``quantize_with_amax``,
+amax reduction; torchao ``per_tensor_scale``)."""
 RHT_SIGN_MASK = 0xD7E8
 """TE's fixed RHT sign vector: bit ``i`` set where ``s_i = -1`` (``get_wgrad_sign_vector``)."""
 
@@ -113,6 +127,7 @@ _E4M3_MAX = np.float32(448.0)
 _E4M3_VALUES = get_format("float8_e4m3fn").decode_table.astype(np.float32)
 _FLOAT_DTYPES = (np.float32, np.float16)
 _RANDOM_DTYPES = (np.uint8, np.uint32)
+_AMAX_DTYPES = (np.float32,)
 
 
 def nvfp4(
@@ -125,8 +140,11 @@ def nvfp4(
     rounding: str = "rne",
     scale_rule: str = "te",
     zero_scale: str = "flt_max",
+    amax_source: str = "computed",
     random_bits: np.ndarray | None = None,
     columnwise_random_bits: np.ndarray | None = None,
+    amax: np.ndarray | None = None,
+    columnwise_amax: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Quantize a float32/bfloat16/float16 matrix to NVFP4 (rowwise and/or columnwise operands).
 
@@ -137,7 +155,9 @@ def nvfp4(
     asks.  ``rounding="stochastic"`` rounds each element of the rowwise operand with
     ``random_bits[m, k]`` and of the columnwise one with ``columnwise_random_bits[k, m]``
     (``cast.fp4``: up iff ``floor(d * 2**w / 2**s) + r >= 2**w`` for ``w``-bit ``r``); the block
-    scales are always rounded to nearest even.
+    scales are always rounded to nearest even.  ``amax_source="given"`` takes each operand's amax
+    from ``amax`` / ``columnwise_amax`` (float32 ``[1]``) instead of the data, echoes it in the
+    ``amax`` outputs and computes everything else from it by the same rule.
 
     Source
     ------
@@ -150,7 +170,11 @@ def nvfp4(
     ``nvfp4_quantize`` with ``per_tensor_scale = per_tensor_amax_to_scale(torch.max(x.abs()))``
     (eager, v0.17+ reciprocal form).  Stochastic rounding with uint8 bits: TE's software
     ``stochastic_round_fp4_e2m1`` (8 random bits per element).  RHT: TE ``nvfp4_tensor.py`` and
-    ``hadamard_transform.cu`` (post-RHT columnwise amax).
+    ``hadamard_transform.cu`` (post-RHT columnwise amax).  A given amax: TE
+    ``NVFP4Quantizer::quantize_with_amax`` (copies one amax into both operands' amax buffers, then
+    ``quantize_impl`` with ``compute_amax=false``: no amax kernel, the cast kernels read it) and the
+    ``with_amax_reduction`` all-reduce (MAX) between the amax and the cast; torchao
+    ``nvfp4_quantize(x, 16, per_tensor_scale=per_tensor_amax_to_scale(amax))``.
 
     Encoding
     --------
@@ -174,31 +198,42 @@ def nvfp4(
     - torchao: amax 0 or NaN gives NaN tensor and block scales and NaN scaled values (E4M3
       0x7F/0xFF, compared as any NaN; data don't-care); amax Inf gives ``pts = Inf``, block
       scales ``2**-6`` (0x08) and ±0 codes, except blocks holding an Inf (NaN scale).
+    - A given amax below a block's amax: the block scale saturates to 448 (0x7E, every rule) and
+      the elements beyond 6 after scaling to ±6.  A given 0 with nonzero data: ``te`` takes
+      ``S_enc = 1`` (blocks above 2688 saturate), torchao gives ``pts = 0``, block scales 448 (NaN
+      for a zero block) and ±6 (NaN, don't-care, for zeros).  A given NaN: ``te`` takes
+      ``S_enc = FLT_MAX`` (nearly every nonzero element becomes ±6), torchao NaN as above.  A given
+      negative amax is not checked by TE or torchao and follows their arithmetic: ``te`` gives a
+      negative ``S_enc`` and tensor scale and E4M3 block scales with the sign bit set; torchao
+      gives block scales ``2**-6`` and elements of the opposite sign.
 
     Raises ``TypeError`` unless ``x`` is a float32 or float16 ``numpy.ndarray`` (bfloat16 arrives
     as float32) and random bits are uint8 or uint32 arrays; ``ValueError`` for an unknown
     parameter value, an unsupported combination (``amax_scope="row"`` with ``rht``, 16x16 blocks,
     stochastic rounding or ``usage="columnwise"``; a torchao rule with 16x16 blocks, ``rht``,
-    stochastic rounding, ``amax_scope="row"`` or ``zero_scale="zero"``), an ``x`` that is not 2-D
-    or is empty or whose dims are not multiples of 16, and random bits missing, superfluous or of
-    the wrong shape.
+    stochastic rounding, ``amax_scope="row"`` or ``zero_scale="zero"``; ``amax_source="given"``
+    with ``amax_scope="row"``), an ``x`` that is not 2-D or is empty or whose dims are not multiples
+    of 16, random bits missing, superfluous or of the wrong shape, and given amaxes missing,
+    superfluous or not of shape ``(1,)`` (``TypeError`` unless float32 arrays).
     """
-    _check_params(usage, block, amax_scope, rht, rounding, scale_rule, zero_scale)
+    _check_params(usage, block, amax_scope, rht, rounding, scale_rule, zero_scale, amax_source)
     _check_x(x)
     rows, cols = x.shape
     rowwise, columnwise = usage != "columnwise", usage != "rowwise"
     _check_random_bits("random_bits", random_bits, rounding, rowwise, (rows, cols))
     _check_random_bits("columnwise_random_bits", columnwise_random_bits, rounding, columnwise, (cols, rows))
+    _check_amax("amax", amax, amax_source, rowwise)
+    _check_amax("columnwise_amax", columnwise_amax, amax_source, columnwise)
     values = np.asarray(x, dtype=np.float32)
     out: dict[str, np.ndarray] = {}
     settings = (block, amax_scope, rounding, scale_rule, zero_scale)
     if rowwise:
-        out.update(_quantize_operand(values, random_bits, *settings, prefix=""))
+        out.update(_quantize_operand(values, random_bits, amax, *settings, prefix=""))
     if columnwise:
         operand = np.ascontiguousarray(values.T)
         if rht:
             operand = hadamard_16(operand)
-        out.update(_quantize_operand(operand, columnwise_random_bits, *settings, prefix="columnwise_"))
+        out.update(_quantize_operand(operand, columnwise_random_bits, columnwise_amax, *settings, prefix="columnwise_"))
     return out
 
 
@@ -220,9 +255,16 @@ def hadamard_16(values: np.ndarray) -> np.ndarray:
 
 
 def scaled_operand(
-    values: np.ndarray, *, block: str, amax_scope: str, scale_rule: str, zero_scale: str
+    values: np.ndarray,
+    *,
+    block: str,
+    amax_scope: str,
+    scale_rule: str,
+    zero_scale: str,
+    given_amax: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """Steps 1-3 and the product of step 4 for one operand (float32 ``[R, C]``), before rounding.
+    """Steps 1-3 and the product of step 4 for one operand (float32 ``[R, C]``), before rounding;
+    ``given_amax`` (float32 ``[1]``) replaces the operand's amax.
 
     Returns ``scaled`` (float32 ``fl32(v * enc)``, ``[R, C]``), ``scales`` (uint8 E4M3 codes,
     ``[R, C/16]``), ``amax`` and ``tensor_scale`` (float32, ``[1]`` or ``[R]``).  Shared with
@@ -231,7 +273,9 @@ def scaled_operand(
     rows, cols = values.shape
     propagate_nan = scale_rule != "te"
     magnitude = _magnitude_bits(values, propagate_nan)
-    if amax_scope == "row":
+    if given_amax is not None:
+        amax = given_amax.astype(np.float32).reshape(1)
+    elif amax_scope == "row":
         amax = magnitude.max(axis=1).view(np.float32)
     else:
         amax = magnitude.max(keepdims=True).reshape(1).view(np.float32)
@@ -242,13 +286,14 @@ def scaled_operand(
     block_amax = blocks.view(np.float32)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if scale_rule == "te":
-            encode = np.minimum(_TE_NUMERATOR / amax, _FLT_MAX)
+            # np.fmin is TE's fminf, which drops a NaN operand (a given NaN amax; 0 * -Inf of a negative one).
+            encode = np.fmin(_TE_NUMERATOR / amax, _FLT_MAX)
             encode = np.where((amax == 0) | (encode == 0), np.float32(1.0), encode)
             tensor_scale = np.float32(1.0) / encode
             scaled_amax = block_amax * (encode * _SIXTH).reshape(-1, 1)
-            codes = cast_fp8(np.minimum(scaled_amax, _FLT_MAX), format="float8_e4m3fn", overflow="saturate")["codes"]
+            codes = cast_fp8(np.fmin(scaled_amax, _FLT_MAX), format="float8_e4m3fn", overflow="saturate")["codes"]
             block_scale = _E4M3_VALUES[codes]
-            enc = np.minimum(np.float32(1.0) / (block_scale * tensor_scale.reshape(-1, 1)), _FLT_MAX)
+            enc = np.fmin(np.float32(1.0) / (block_scale * tensor_scale.reshape(-1, 1)), _FLT_MAX)
             if zero_scale == "zero":
                 enc = np.where(block_scale == 0, np.float32(0.0), enc)
         else:
@@ -273,6 +318,7 @@ def scaled_operand(
 def _quantize_operand(
     values: np.ndarray,
     random_bits: np.ndarray | None,
+    given_amax: np.ndarray | None,
     block: str,
     amax_scope: str,
     rounding: str,
@@ -282,7 +328,9 @@ def _quantize_operand(
     prefix: str,
 ) -> dict[str, np.ndarray]:
     """The four outputs (and the don't-care mask) of one operand, names prefixed."""
-    parts = scaled_operand(values, block=block, amax_scope=amax_scope, scale_rule=scale_rule, zero_scale=zero_scale)
+    parts = scaled_operand(
+        values, block=block, amax_scope=amax_scope, scale_rule=scale_rule, zero_scale=zero_scale, given_amax=given_amax
+    )
     scaled = parts["scaled"]
     codes = cast_fp4(scaled, format="float4_e2m1fn", rounding=rounding, nan="max", random_bits=random_bits)["codes"]
     rows, cols = scaled.shape
@@ -315,7 +363,14 @@ def _round_to_bfloat16(values: np.ndarray) -> np.ndarray:
 
 # -- argument checks ---------------------------------------------------------------------------------
 def _check_params(
-    usage: str, block: str, amax_scope: str, rht: object, rounding: str, scale_rule: str, zero_scale: str
+    usage: str,
+    block: str,
+    amax_scope: str,
+    rht: object,
+    rounding: str,
+    scale_rule: str,
+    zero_scale: str,
+    amax_source: str,
 ) -> None:
     check_choice("usage", usage, USAGES)
     check_choice("block", block, BLOCKS)
@@ -324,6 +379,12 @@ def _check_params(
     check_choice("rounding", rounding, ROUNDINGS)
     check_choice("scale_rule", scale_rule, SCALE_RULES)
     check_choice("zero_scale", zero_scale, ZERO_SCALES)
+    check_choice("amax_source", amax_source, AMAX_SOURCES)
+    if amax_source == "given" and amax_scope == "row":
+        raise ValueError(
+            "Got amax_source='given' and amax_scope='row', but a given amax is per tensor "
+            "(TE's quantize_with_amax does not support row-scaled NVFP4); use amax_scope='tensor'"
+        )
     if amax_scope == "row":
         for name, value, allowed in (
             ("rht", rht, False),
@@ -382,3 +443,18 @@ def _check_random_bits(name: str, bits: np.ndarray | None, rounding: str, needed
     check_array(name, bits, _RANDOM_DTYPES)
     if bits.shape != shape:
         raise ValueError(f"Got {name}.shape={bits.shape}, but {name} must have shape {shape}")
+
+
+def _check_amax(name: str, amax: np.ndarray | None, amax_source: str, needed: bool) -> None:
+    if amax_source != "given" or not needed:
+        if amax is not None:
+            why = f"amax_source={amax_source!r}" if amax_source != "given" else "usage, which leaves this operand out"
+            raise ValueError(f"Got {name} with {why}, but {name} is only for amax_source='given' and its operand")
+        return
+    if amax is None:
+        raise ValueError(
+            f"Got amax_source='given' and no {name}, but a given amax needs {name}: a float32 array of shape (1,)"
+        )
+    check_array(name, amax, _AMAX_DTYPES)
+    if amax.shape != (1,):
+        raise ValueError(f"Got {name}.shape={amax.shape}, but {name} must have shape (1,)")

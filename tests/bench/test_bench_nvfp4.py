@@ -8,6 +8,11 @@ figure issue #4's "about 0.060 ms" refers to.  Peers: ``torch.compile`` of strai
 the same TE arithmetic (rowwise, and rowwise plus the transposed operand in one graph), and torchao's own
 NVFP4 path (``nvfp4_quantize`` with ``per_tensor_amax_to_scale``) under ``torch.compile`` when torchao is
 importable.  Run with ``pytest tests/bench -m bench --benchmark-enable``.
+
+With a given amax (``amax_source="given"``: TE's ``quantize_with_amax`` or amax reduction, torchao's
+``per_tensor_scale``) the input is read once: those cases (``-k given``) move one read plus the outputs, beside
+the same peers given the same amax (torchao's ``nvfp4_quantize(x, 16, per_tensor_scale)`` and the plain torch
+code, both under ``torch.compile``).
 """
 
 from __future__ import annotations
@@ -121,11 +126,14 @@ def test_triton_dequantize(measure: Measure, x: torch.Tensor) -> None:
 # %% Peers
 
 
-def _torch_nvfp4_rowwise(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """TE's NVFP4 arithmetic written plainly in torch (E4M3 by torch's cast, E2M1 by threshold counts)."""
+def _torch_nvfp4_rowwise(
+    x: torch.Tensor, amax: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """TE's NVFP4 arithmetic written plainly in torch (E4M3 by torch's cast, E2M1 by threshold counts), from the
+    data's amax or a given one."""
     rows, cols = x.shape
     values = x.float()
-    amax = values.abs().amax()
+    amax = values.abs().amax() if amax is None else amax
     encode = torch.clamp(2688.0 / amax, max=FLT_MAX)
     encode = torch.where((amax == 0) | (encode == 0), torch.ones_like(encode), encode)
     decode = 1.0 / encode
@@ -147,8 +155,8 @@ def _torch_nvfp4_rowwise(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
     return code[:, 0::2] | (code[:, 1::2] << 4), scale.view(torch.uint8).view(rows, cols // 16), amax
 
 
-def _torch_nvfp4_both(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    return (*_torch_nvfp4_rowwise(x), *_torch_nvfp4_rowwise(x.t().contiguous()))
+def _torch_nvfp4_both(x: torch.Tensor, amax: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    return (*_torch_nvfp4_rowwise(x, amax), *_torch_nvfp4_rowwise(x.t().contiguous(), amax))
 
 
 def _torchao_nvfp4() -> Callable[[torch.Tensor], Any]:
@@ -188,4 +196,82 @@ def test_peer(measure: Measure, x: torch.Tensor, peer: str) -> None:
         implementation=peer,
         shape="bf16_8192x8192",
         variant=usage,
+    )
+
+
+# %% A given amax: one read of the input
+
+
+GIVEN_VARIANTS: dict[str, dict[str, Any]] = {"rowwise": {"usage": "rowwise"}, "both": {"usage": "both"}}
+
+
+@pytest.fixture(scope="module")
+def amax(x: torch.Tensor) -> torch.Tensor:
+    """The input's amax, float32 [1] on the GPU, as an amax reduction or a fused producer hands it over."""
+    return x.abs().amax().float().reshape(1)
+
+
+@pytest.mark.parametrize("variant", GIVEN_VARIANTS)
+def test_triton_given_amax(measure: Measure, x: torch.Tensor, amax: torch.Tensor, variant: str) -> None:
+    params = GIVEN_VARIANTS[variant]
+    usage = params["usage"]
+    amaxes = {"amax": amax} if usage == "rowwise" else {"amax": amax, "columnwise_amax": amax}
+    computed = nvfp4(x, **params)
+    given = nvfp4(x, amax_source="given", **amaxes, **params)
+    assert all(torch.equal(given[k].view(torch.uint8), computed[k].view(torch.uint8)) for k in computed)
+    measure(
+        lambda: functools.partial(nvfp4, x, amax_source="given", **amaxes, **params),
+        bytes_moved=input_bytes(x) + output_bytes(usage),
+        implementation="fast.quant.nvfp4 (Triton, given amax: one pass)",
+        shape="bf16_8192x8192",
+        variant=f"{variant}, given amax",
+    )
+
+
+def _torchao_nvfp4_given() -> Callable[[torch.Tensor, torch.Tensor], Any]:
+    from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize
+
+    def run(x: torch.Tensor, per_tensor_scale: torch.Tensor) -> Any:
+        return nvfp4_quantize(x, 16, per_tensor_scale)
+
+    return run
+
+
+GIVEN_PEERS: dict[str, tuple[Callable[[], Callable[[torch.Tensor, torch.Tensor], Any]], str, bool]] = {
+    # name: (build, usage, whether it takes torchao's per_tensor_scale instead of the amax)
+    "torch.compile of plain torch NVFP4 with a given amax (rowwise)": (
+        lambda: torch.compile(_torch_nvfp4_rowwise, dynamic=False),
+        "rowwise",
+        False,
+    ),
+    "torch.compile of plain torch NVFP4 with a given amax (rowwise + transposed)": (
+        lambda: torch.compile(_torch_nvfp4_both, dynamic=False),
+        "both",
+        False,
+    ),
+    "torch.compile of torchao nvfp4_quantize with a given per_tensor_scale": (
+        lambda: torch.compile(_torchao_nvfp4_given(), dynamic=False),
+        "rowwise",
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("peer", GIVEN_PEERS)
+def test_peer_given_amax(measure: Measure, x: torch.Tensor, amax: torch.Tensor, peer: str) -> None:
+    build, usage, takes_scale = GIVEN_PEERS[peer]
+    if takes_scale:
+        if importlib.util.find_spec("torchao") is None:
+            pytest.skip("torchao is not installed")
+        from torchao.prototype.mx_formats.nvfp4_tensor import per_tensor_amax_to_scale
+
+        argument = per_tensor_amax_to_scale(amax)
+    else:
+        argument = amax
+    measure(
+        lambda: functools.partial(build(), x, argument),
+        bytes_moved=input_bytes(x) + output_bytes(usage),
+        implementation=peer,
+        shape="bf16_8192x8192",
+        variant=f"{usage}, given amax",
     )

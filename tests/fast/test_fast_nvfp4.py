@@ -115,6 +115,20 @@ def with_bits(
     return params | extra
 
 
+def given_amaxes(x: torch.Tensor, params: dict[str, Any], which: str) -> dict[str, Any]:
+    """``params`` with ``amax_source="given"`` and amaxes for the operands ``usage`` keeps: ``which`` is ``below``
+    (a quarter of the data's amax: saturating blocks), ``above`` (three times it) or a float32 value."""
+    true = float(np.abs(carrier(x).astype(np.float32)).max())
+    value = {"below": true / 4, "above": true * 3}.get(which, which)
+    amax = torch.tensor([float(value)], dtype=torch.float32, device=x.device)
+    extra: dict[str, Any] = {"amax_source": "given"}
+    if params.get("usage", "both") != "columnwise":
+        extra["amax"] = amax
+    if params.get("usage", "both") != "rowwise":
+        extra["columnwise_amax"] = -amax if which == "below" else amax  # a negative one too
+    return params | extra
+
+
 # %% The torch path
 
 
@@ -129,6 +143,20 @@ def test_torch_path_matches_reference(params: dict[str, Any]) -> None:
     for dtype, kind in itertools.product([torch.bfloat16, torch.float32, torch.float16], ["normal", "wide"]):
         shape = (48, 80)
         assert_matches_reference(matrix(shape, dtype, kind), **with_bits(params, shape, (torch.uint8, torch.uint32)))
+
+
+@pytest.mark.usefixtures("torch_path")
+@pytest.mark.parametrize(
+    "params",
+    [p for p in valid_combinations() if p["amax_scope"] == "tensor"],
+    ids=lambda p: ",".join(f"{v}" for v in p.values()),
+)
+def test_torch_path_given_amax_matches_reference(params: dict[str, Any]) -> None:
+    for dtype, which in itertools.product([torch.bfloat16, torch.float32, torch.float16], ["below", "above", "nan"]):
+        shape = (48, 80)
+        x = matrix(shape, dtype, "normal")
+        value = float("nan") if which == "nan" else which
+        assert_matches_reference(x, **given_amaxes(x, with_bits(params, shape, (torch.uint8, torch.uint8)), value))
 
 
 @pytest.mark.usefixtures("torch_path")
@@ -254,6 +282,42 @@ def test_kernels_match_reference(
         assert_matches_reference(x, **extra)
 
 
+GIVEN_KERNEL_CASES = [
+    # (params, shape, input dtype): the quantize kernels alone, from given amaxes
+    ({}, (128, 128), torch.bfloat16),  # whole tiles, both operands
+    ({}, (144, 80), torch.bfloat16),  # ragged, both operands
+    ({"usage": "rowwise"}, (16, 2048), torch.bfloat16),  # whole tiles of the rowwise kernel
+    ({"usage": "rowwise"}, (48, 144), torch.float16),
+    ({"usage": "columnwise", "rht": True}, (32, 64), torch.bfloat16),
+    ({"block": "16x16", "zero_scale": "zero"}, (48, 80), torch.float32),
+    ({"scale_rule": "torchao_cuda", "usage": "rowwise"}, (16, 64), torch.float32),
+    ({"scale_rule": "torchao"}, (32, 48), torch.bfloat16),
+    ({"rounding": "stochastic"}, (32, 48), torch.bfloat16),
+]
+
+
+@pytest.mark.usefixtures("interpreter")
+@pytest.mark.parametrize(("params", "shape", "dtype"), GIVEN_KERNEL_CASES)
+def test_kernels_from_a_given_amax_match_reference(
+    params: dict[str, Any], shape: tuple[int, int], dtype: torch.dtype
+) -> None:
+    full = with_bits({"usage": "both", "rounding": "rne"} | params, shape, (torch.uint8, torch.uint32))
+    x = matrix(shape, dtype, "normal")
+    for which in ("below", "above", float("nan"), 0.0):
+        assert_matches_reference(x, **given_amaxes(x, full, which))
+
+
+@pytest.mark.usefixtures("interpreter")
+def test_kernels_from_a_given_amax_skip_the_amax_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = matrix((32, 48), torch.bfloat16, "normal")
+    expected = fast_nvfp4(x)
+    monkeypatch.setattr(quant_module, "_amax_pass", None)  # calling it would raise
+    got = fast_nvfp4(x, amax_source="given", amax=expected["amax"], columnwise_amax=expected["columnwise_amax"])
+    for name, tensor in expected.items():
+        assert torch.equal(got[name], tensor), name
+    assert got["amax"].data_ptr() != expected["amax"].data_ptr()  # a copy, not the caller's tensor
+
+
 @pytest.mark.usefixtures("interpreter")
 def test_kernels_on_special_values() -> None:
     specials = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-40, 3.4e38, -6.0])
@@ -307,9 +371,10 @@ def test_e2m1_rne_equals_the_generic_rounding_and_the_reference() -> None:
 
 
 @pytest.mark.usefixtures("interpreter")
-def test_e4m3_rne_on_non_negative_values() -> None:
-    for x in (ALL_BF16.abs(), RANDOM_F32.view(torch.float32).abs(), ALL_BF16.abs() * 2.0**-10):
-        x = x[x.isfinite()]
+def test_e4m3_rne_on_every_sign() -> None:
+    """Both signs (a negative given amax gives negative block scales under te), infinities saturating to +-448."""
+    for x in (ALL_BF16, RANDOM_F32.view(torch.float32), ALL_BF16 * 2.0**-10):
+        x = x[~x.isnan()]
         expected = reference_fp8(x.numpy(), format="float8_e4m3fn", overflow="saturate")["codes"]
         np.testing.assert_array_equal(probe(x, 2), expected)
 
@@ -368,6 +433,22 @@ def test_unknown_path(monkeypatch: pytest.MonkeyPatch) -> None:
                             random_bits=torch.zeros(16, 16, dtype=torch.int8)), TypeError, "random_bits.dtype=int8"),
         (lambda: fast_dequantize(torch.zeros(2, 8, dtype=torch.uint8), torch.zeros(2, 1, dtype=torch.uint8),
                                  amax=torch.ones(1), amax_scope="row"), ValueError, "amax.shape=(1,)"),
+        (lambda: fast_nvfp4(torch.ones(16, 16), amax_source="fixed"), ValueError, "amax_source='fixed'"),
+        (lambda: fast_nvfp4(torch.ones(16, 16), amax_source="given", usage="rowwise"), ValueError, "no amax"),
+        (lambda: fast_nvfp4(torch.ones(16, 16), amax=torch.ones(1)), ValueError,
+         "amax with amax_source='computed'"),
+        (lambda: fast_nvfp4(torch.ones(16, 16), amax_source="given", usage="rowwise", amax=torch.ones(1),
+                            columnwise_amax=torch.ones(1)), ValueError, "columnwise_amax with usage"),
+        (lambda: fast_nvfp4(torch.ones(16, 16), amax_source="given", usage="rowwise", amax=np.ones(1, np.float32)),
+         TypeError, "amax of type ndarray"),
+        (lambda: fast_nvfp4(torch.ones(16, 16), amax_source="given", usage="rowwise",
+                            amax=torch.ones(1, dtype=torch.float16)), TypeError, "amax.dtype=float16"),
+        (lambda: fast_nvfp4(torch.ones(16, 16), amax_source="given", usage="rowwise", amax=torch.ones(())),
+         ValueError, "amax.shape=()"),
+        (lambda: fast_nvfp4(torch.ones(16, 16), amax_source="given", usage="columnwise",
+                            columnwise_amax=torch.ones(1, device="meta")), ValueError, "columnwise_amax on meta"),
+        (lambda: fast_nvfp4(torch.ones(16, 16), amax_source="given", amax_scope="row"), ValueError,
+         "amax_scope='row'"),
     ],
 )  # fmt: skip
 def test_bad_arguments(call: Callable[[], object], error: type[Exception], fragment: str) -> None:

@@ -6,7 +6,9 @@ and blocks whose scale rounds to zero); 2048 x 4096 matrices of normal values wh
 2**±20 (so every E4M3 block scale occurs; whole tiles of every kernel); an irregular 1040 x 4112 shape
 (ragged tiles in both directions); float32 and float16 inputs.  The reference runs on the host (about a
 second per operand of 2^23 elements).  8192 x 8192, 8160 x 8192 and 8192 x 8160 (ragged rows, columns) against
-the torch path.
+the torch path.  A given amax (``amax_source="given"``, the quantize kernels alone): equal to the computed path
+when it is the true amax (8192 x 8192 and a ragged 8160 x 8176), and against the reference when it is below the
+data's (saturating block scales and elements), NaN or negative.
 """
 
 from __future__ import annotations
@@ -173,6 +175,42 @@ def test_kernels_match_the_torch_path_on_a_large_matrix(
             assert torch.equal(kernel[name].view(torch.uint8), torch_path[name].view(torch.uint8)), name
 
 
+GIVEN_VARIANTS = [
+    {"usage": "rowwise"},
+    {"usage": "both"},
+    {"usage": "columnwise"},
+    {"usage": "both", "block": "16x16"},  # the operands' codes are not shared: their given amaxes may differ
+    {"usage": "both", "rht": True},
+    {"usage": "rowwise", "scale_rule": "torchao_cuda"},
+]
+
+
+@pytest.mark.parametrize("shape", [(8192, 8192), (8160, 8176)], ids=["whole", "ragged"])
+def test_given_true_amax_equals_the_computed_path(shape: tuple[int, int]) -> None:
+    x = spread_matrix(*shape, torch.bfloat16).cuda()
+    for params in GIVEN_VARIANTS:
+        computed = fast_nvfp4(x, **params)
+        amaxes = {k: v for k, v in computed.items() if k in ("amax", "columnwise_amax")}
+        got = fast_nvfp4(x, amax_source="given", **amaxes, **params)
+        for name in computed:
+            assert torch.equal(got[name].view(torch.uint8), computed[name].view(torch.uint8)), (params, name)
+
+
+@pytest.mark.parametrize("params", GIVEN_VARIANTS, ids=[",".join(str(v) for v in p.values()) for p in GIVEN_VARIANTS])
+def test_given_amax_against_the_reference(params: dict[str, Any]) -> None:
+    """Given amaxes below the data's (a sixteenth of its finite amax: saturating block scales and elements), NaN
+    and negative; the columnwise operand's is half the rowwise one's (the kernels must not mix them up)."""
+    for x in (every_bfloat16(), spread_matrix(1040, 4112, torch.bfloat16)):
+        values = carrier(x)
+        below = float(np.abs(values[np.isfinite(values)]).max()) / 16
+        for amax in (below, float("nan"), -below):
+            given = torch.tensor([amax], dtype=torch.float32)
+            amaxes = {"amax": given, "columnwise_amax": given * 0.5}
+            if params["usage"] != "both":
+                amaxes.pop("columnwise_amax" if params["usage"] == "rowwise" else "amax")
+            assert_same(x, amax_source="given", **amaxes, **params)
+
+
 @pytest.mark.parametrize("shape", [(1040, 2056), (1024, 2048)], ids=["ragged", "whole_tiles"])
 @pytest.mark.parametrize("out_dtype", ["float32", "bfloat16", "float16"])
 def test_dequantize(out_dtype: str, shape: tuple[int, int]) -> None:
@@ -212,14 +250,15 @@ def _device_functions_kernel(
     values_ptr, packed_ptr, codes_ptr, scales_ptr, reciprocals_ptr, one, n_pairs, BLOCK: tl.constexpr
 ):
     """For pairs of float32 ``v``: ``_e2m1_pairs(v * one)`` (a product, as the kernels pass them: NaN canonical), and
-    on each ``|v|`` ``_e4m3_scale`` (code, value) and ``_reciprocal``."""
+    on each ``v`` ``_e4m3_scale`` (code, value; negative targets come from a negative given amax) and on each
+    ``|v|`` ``_reciprocal``."""
     pair = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = pair < n_pairs
     offsets = 2 * pair[:, None] + tl.arange(0, 2)[None, :]
     value = tl.load(values_ptr + offsets, mask=ok[:, None]) * one
     low, high = tl.split(value)
     tl.store(packed_ptr + pair, e2m1_pairs(low, high), mask=ok)
-    code, scale = e4m3_scale(tl.abs(value))
+    code, scale = e4m3_scale(value)
     tl.store(codes_ptr + offsets, code.to(tl.uint8), mask=ok[:, None])
     tl.store(scales_ptr + offsets, scale, mask=ok[:, None])
     tl.store(reciprocals_ptr + offsets, reciprocal(tl.abs(value)), mask=ok[:, None])
@@ -245,8 +284,8 @@ def _probe_values() -> np.ndarray:
 def test_device_functions_against_the_reference() -> None:
     """``_e2m1_pairs`` (float16x2 after rounding to odd) against ``reference.cast.fp4`` (saturating RNE, NaN -> +6)
     near every midpoint, where rounding through float16 to nearest would round twice; ``_e4m3_scale`` against
-    ``reference.cast.fp8`` (saturating) and its decoded value; ``_reciprocal`` (``rcp.rn.f32``) against NumPy's
-    float32 ``1 / v`` (IEEE, subnormals kept)."""
+    ``reference.cast.fp8`` (saturating, both signs) and its decoded value; ``_reciprocal`` (``rcp.rn.f32``) against
+    NumPy's float32 ``1 / v`` (IEEE, subnormals kept)."""
     values = _probe_values()
     n = values.size
     device_values = torch.from_numpy(values).cuda()
@@ -267,12 +306,13 @@ def test_device_functions_against_the_reference() -> None:
     )
 
     magnitude = np.abs(values)
-    e4m3 = reference.cast.fp8(magnitude, format="float8_e4m3fn", overflow="saturate")["codes"]
+    e4m3 = reference.cast.fp8(values, format="float8_e4m3fn", overflow="saturate")["codes"]
     got_codes = codes.cpu().numpy()
     nan_code = np.isnan(magnitude)
     assert ((got_codes == e4m3) | (nan_code & (got_codes == 0x7F))).all(), np.flatnonzero(got_codes != e4m3)[:4]
     exponent, mantissa = (e4m3.astype(np.int32) >> 3) & 15, e4m3.astype(np.int32) & 7
     decoded = np.where(exponent == 0, mantissa * 2.0**-9, (1 + mantissa / 8) * 2.0 ** (exponent - 7.0))
+    decoded = np.where(e4m3 & 0x80, -decoded, decoded)
     got_scales = scales.cpu().numpy()
     assert ((got_scales == decoded.astype(np.float32)) | (nan_code & np.isnan(got_scales))).all()
 

@@ -3,18 +3,21 @@
 Second oracles, each written here from the sources, sharing no code with the reference:
 
 - ``te_oracle``: TransformerEngine's kernel arithmetic in NumPy float32, with the casts done by
-  ml_dtypes (``float8_e4m3fn`` after clamping to 448, ``float4_e2m1fn``), NaN-ignoring amaxes by
-  ``np.nanmax`` and its own packing;
+  ml_dtypes (``float8_e4m3fn`` after clamping to ±448, ``float4_e2m1fn``), NaN-ignoring amaxes by
+  ``np.nanmax`` and its own packing; a given amax as ``quantize_with_amax`` passes it to the kernels;
 - ``te_python_reference``: TE's ``reference_nvfp4.py`` (``_quantize_blockwise_reference`` and the
   comparison-interval ``cast_to_fp4x2``) transcribed to torch, which differs from the kernel on -0.0 and
   NaN only (a named expected difference);
 - ``torchao_oracle``: torchao's ``nvfp4_quantize`` with ``per_tensor_amax_to_scale`` in torch (eager CPU);
+- torchao itself (0.18, where importable): ``nvfp4_quantize(x, 16, per_tensor_amax_to_scale(amax))`` for a
+  given amax;
 - ``hadamard_oracle``: the float64 product with the explicit ``diag(s) @ H16 / 4`` matrix, then bfloat16.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 
 import ml_dtypes
 import numpy as np
@@ -43,22 +46,27 @@ def unpack(data: np.ndarray) -> np.ndarray:
 # %% Second oracles
 
 
-def te_oracle(x: np.ndarray, *, block: str = "1x16", zero_scale: str = "flt_max") -> dict[str, np.ndarray]:
-    """TE's rowwise NVFP4 of float32 ``x``: float32 arithmetic, ml_dtypes casts."""
+def te_oracle(
+    x: np.ndarray, *, block: str = "1x16", zero_scale: str = "flt_max", amax: float | None = None
+) -> dict[str, np.ndarray]:
+    """TE's rowwise NVFP4 of float32 ``x``: float32 arithmetic, ml_dtypes casts; ``amax`` replaces the data's
+    (``fminf`` drops a NaN operand, so a NaN amax gives S_enc = FLT_MAX and a NaN block target FLT_MAX)."""
     rows, cols = x.shape
     with np.errstate(all="ignore"):
         magnitude = np.abs(x.astype(np.float32))
-        amax = np.float32(np.nan_to_num(np.nanmax(magnitude), nan=0.0)) if not np.isnan(magnitude).all() else 0
+        if amax is None:
+            amax = np.nan_to_num(np.nanmax(magnitude), nan=0.0) if not np.isnan(magnitude).all() else 0
         amax = np.float32(amax)
-        s_enc = np.minimum(np.float32(2688) / amax, FLT_MAX)
+        s_enc = FLT_MAX if np.isnan(amax) else np.minimum(np.float32(2688) / amax, FLT_MAX)
         if amax == 0 or s_enc == 0:
             s_enc = np.float32(1)
         s_dec = np.float32(1) / s_enc
         blocks = np.where(np.isnan(magnitude), 0, magnitude).reshape(rows, cols // 16, 16).max(axis=2)
         if block == "16x16":
             blocks = np.repeat(blocks.reshape(rows // 16, 16, cols // 16).max(axis=1), 16, axis=0)
-        target = np.minimum(blocks * (s_enc * np.float32(1 / 6)), FLT_MAX)
-        sf = np.minimum(target, np.float32(448)).astype(ml_dtypes.float8_e4m3fn)
+        product = blocks * (s_enc * np.float32(1 / 6))
+        target = np.where(np.isnan(product), FLT_MAX, np.minimum(product, FLT_MAX))
+        sf = np.clip(target, np.float32(-448), np.float32(448)).astype(ml_dtypes.float8_e4m3fn)
         sf_value = sf.astype(np.float32)
         enc = np.minimum(np.float32(1) / (sf_value * s_dec), FLT_MAX)
         if zero_scale == "zero":
@@ -394,6 +402,111 @@ def test_dequantize_rounds_to_the_output_dtype(out_dtype: str) -> None:
     np.testing.assert_array_equal(narrow, wide.astype(dtype).astype(np.float32))
 
 
+# %% A given amax (amax_source="given")
+
+
+def given(x: np.ndarray, amax: float, **params: object) -> dict[str, np.ndarray]:
+    """``nvfp4`` with one given amax for every operand ``usage`` keeps (as TE's ``quantize_with_amax``)."""
+    usage = params.get("usage", "both")
+    a = np.array([amax], np.float32)
+    amaxes = {"amax": a} if usage == "rowwise" else {"columnwise_amax": a} if usage == "columnwise" else {}
+    return nvfp4(x, amax_source="given", **(amaxes or {"amax": a, "columnwise_amax": a}), **params)  # type: ignore[arg-type]
+
+
+def assert_same(got: dict[str, np.ndarray], expected: dict[str, np.ndarray], names: Iterable[str]) -> None:
+    """Bits equal; NaN equals NaN in float32 outputs and E4M3 codes; don't-care data bytes skipped."""
+    for name in names:
+        g, e = got[name], expected[name]
+        if g.dtype == np.float32:
+            same = (g.view(np.uint32) == e.view(np.uint32)) | (np.isnan(g) & np.isnan(e))
+        else:
+            same = g == e
+            if name.endswith("scales"):
+                same |= ((g & 0x7F) == 0x7F) & ((e & 0x7F) == 0x7F)
+            if name.endswith("data"):
+                same |= got[f"{name}_dont_care"]
+        assert same.all(), f"{name}: {(~same).sum()} differ, first at {np.argwhere(~same)[:3].tolist()}"
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"block": "16x16", "zero_scale": "zero"},
+        {"rht": True},
+        {"scale_rule": "torchao", "usage": "rowwise"},
+        {"scale_rule": "torchao_cuda"},
+        {"rounding": "stochastic", "usage": "columnwise"},
+    ],
+    ids=str,
+)
+def test_given_true_amax_equals_the_computed_path(params: dict[str, object]) -> None:
+    x = random_matrix(48, 64, 8.0)
+    x[3, 5], x[7, 9] = -np.inf, -0.0
+    if params.get("rounding") == "stochastic":
+        params = params | {"columnwise_random_bits": RNG.integers(0, 256, (64, 48), dtype=np.uint8)}
+    computed = nvfp4(x, **params)  # type: ignore[arg-type]
+    amaxes = {k: v for k, v in computed.items() if k in ("amax", "columnwise_amax")}
+    got = nvfp4(x, amax_source="given", **amaxes, **params)  # type: ignore[arg-type]
+    assert_same(got, computed, computed)
+
+
+def test_given_amax_below_the_data_saturates_block_scales_and_elements() -> None:
+    """amax 5.25 (S_enc 512) for a block of amax 8: 8 * fl32(512 / 6) = 682.7 > 448 gives 448 (0x7E), enc 8 / 7:
+    8 -> 9.14 -> 6 (7), 1 -> 1.14 -> 1 (2), -2 -> -2.29 -> -2 (0xC), 0.5 -> 0.57 -> 0.5 (1); torchao (amax 4:
+    pts = 4 / 2688, 8 / 6 / pts = 896 clamps to 448, enc 1.5) the same with 6, 1.5, -3, 1 (0.75 ties to even)."""
+    x = np.zeros((16, 16), np.float32)
+    x[0, :4] = [8.0, 1.0, -2.0, 0.5]
+    te = given(x, 5.25, usage="rowwise")
+    assert te["scales"][0, 0] == 0x7E and unpack(te["data"])[0, :4].tolist() == [7, 2, 12, 1]
+    assert te["amax"].tolist() == [5.25] and te["tensor_scale"].tolist() == [2.0**-9]
+    torchao = given(x, 4.0, usage="rowwise", scale_rule="torchao")
+    assert torchao["scales"][0, 0] == 0x7E and unpack(torchao["data"])[0, :4].tolist() == [7, 3, 13, 2]
+
+
+def test_given_amax_edge_values_under_te() -> None:
+    """0 and Inf give S_enc 1 (the guard), NaN FLT_MAX (fminf drops it), a negative amax negative scales."""
+    x = np.zeros((16, 16), np.float32)
+    x[0, :3] = [3000.0, 1.0, -0.5]  # block amax 3000: above 2688, so S_enc = 1 saturates it too
+    for amax in (0.0, np.inf):
+        out = given(x, amax, usage="rowwise")
+        assert out["tensor_scale"].tolist() == [1.0] and out["scales"][0, 0] == 0x7E
+        assert unpack(out["data"])[0, :3].tolist() == [7, 0, 8]  # enc 1 / 448: 6.7 -> 6, 0.0022 -> 0, -0.0011 -> -0
+    nan = given(x, np.nan, usage="rowwise")
+    assert nan["tensor_scale"][0] == np.float32(1) / FLT_MAX and np.isnan(nan["amax"][0])
+    assert nan["scales"][0, 0] == 0x7E and unpack(nan["data"])[0, :3].tolist() == [7, 7, 15]
+    negative = given(x, -3000.0, usage="rowwise")
+    positive = given(x, 3000.0, usage="rowwise")
+    assert negative["tensor_scale"][0] == -positive["tensor_scale"][0]
+    np.testing.assert_array_equal(negative["scales"], positive["scales"] | 0x80)  # E4M3 -0 included
+    np.testing.assert_array_equal(negative["data"], positive["data"])
+
+
+@pytest.mark.parametrize("zero_scale", ["flt_max", "zero"])
+def test_given_amax_te_against_the_ml_dtypes_oracle(zero_scale: str) -> None:
+    for spread in (2.0, 30.0):
+        x = random_matrix(32, 64, spread)
+        x[5, 17] = np.nan
+        true = float(np.nanmax(np.abs(x)))
+        for amax in (true, true / 4, true * 3, 0.0, np.inf, np.nan, -true / 2, 1e-40, 3e38):
+            got = given(x, amax, usage="rowwise", zero_scale=zero_scale)
+            expected = te_oracle(x, zero_scale=zero_scale, amax=amax)
+            assert_same(got | {"data_dont_care": np.zeros_like(got["data"], bool)}, expected, expected)
+
+
+@pytest.mark.parametrize("factor", [1.0, 0.25, 3.0, 0.0, np.inf, np.nan, -1.0, -0.0])
+def test_given_amax_torchao_against_torchao_nvfp4_quantize(factor: float) -> None:
+    """torchao 0.18's own ``nvfp4_quantize(x, 16, per_tensor_amax_to_scale(amax))`` on the CPU (``torchao``)."""
+    nvfp4_tensor = pytest.importorskip("torchao.prototype.mx_formats.nvfp4_tensor")
+    x = random_matrix(32, 64, 4.0)
+    amax = np.float32(np.abs(x).max() * factor) if np.isfinite(factor) and factor != 0 else np.float32(factor)
+    tensor_scale = nvfp4_tensor.per_tensor_amax_to_scale(torch.tensor([amax]))
+    scales, data = nvfp4_tensor.nvfp4_quantize(torch.from_numpy(x), 16, tensor_scale)
+    got = given(x, float(amax), usage="rowwise", scale_rule="torchao")
+    expected = {"data": data.view(torch.uint8).numpy(), "scales": scales.view(torch.uint8).numpy()}
+    assert_same(got, expected | {"tensor_scale": tensor_scale.numpy()}, ["data", "scales", "tensor_scale"])
+
+
 # %% Argument checks
 
 
@@ -409,6 +522,18 @@ def test_dequantize_rounds_to_the_output_dtype(out_dtype: str) -> None:
         ({"x": np.zeros((16, 16), np.float32), "amax_scope": "row", "usage": "columnwise"}, ValueError, "usage='both'"),
         ({"x": np.zeros((16, 16), np.float32), "scale_rule": "torchao", "rht": True}, ValueError, "rht=True"),
         ({"x": np.zeros((16, 16), np.float32), "rht": 1}, ValueError, "rht=1"),
+        ({"x": np.zeros((16, 16), np.float32), "amax_source": "fixed"}, ValueError, "amax_source='fixed'"),
+        ({"x": np.zeros((16, 16), np.float32), "amax_source": "given", "usage": "rowwise"}, ValueError, "no amax"),
+        ({"x": np.zeros((16, 16), np.float32), "amax_source": "given", "usage": "columnwise",
+          "columnwise_amax": np.ones(1, np.float32), "amax": np.ones(1, np.float32)}, ValueError, "amax with usage"),
+        ({"x": np.zeros((16, 16), np.float32), "columnwise_amax": np.ones(1, np.float32)}, ValueError,
+         "columnwise_amax with amax_source='computed'"),
+        ({"x": np.zeros((16, 16), np.float32), "amax_source": "given", "usage": "rowwise",
+          "amax": np.float32(1.0)}, TypeError, "amax of type float32"),
+        ({"x": np.zeros((16, 16), np.float32), "amax_source": "given", "usage": "rowwise",
+          "amax": np.ones((1, 1), np.float32)}, ValueError, "amax.shape=(1, 1)"),
+        ({"x": np.zeros((16, 16), np.float32), "amax_source": "given", "amax_scope": "row"}, ValueError,
+         "amax_scope='row'"),
         (
             {"x": np.zeros((16, 16), np.float32), "rounding": "stochastic", "usage": "rowwise",
              "random_bits": np.zeros((16, 16), np.uint8), "columnwise_random_bits": np.zeros((16, 16), np.uint8)},
