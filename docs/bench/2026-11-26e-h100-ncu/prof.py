@@ -14,6 +14,12 @@ for _ in range(3):
         nv.nvfp4(x, usage="both", amax_source="given", amax=amax, columnwise_amax=amax)
     elif which == "mx_both":
         mx.mx(x, format="float8_e4m3fn", scale_rule="rceil", usage="both")
+    elif which == "fp8b_both":
+        from fast.quant import fp8_block
+        fp8_block(x, format="float8_e4m3fn", block="1x128", usage="both")
+    elif which == "fp8b_rowwise":
+        from fast.quant import fp8_block
+        fp8_block(x, format="float8_e4m3fn", block="1x128", usage="rowwise")
     elif which == "copy":
         y = torch.empty_like(x); y.copy_(x)
 torch.cuda.synchronize()
