@@ -715,17 +715,16 @@ def _nvfp4_grouped(
 
 
 def _resident_options(data: torch.Tensor, launch: _NvLaunch, usage: str, block: str, even: bool) -> dict[str, Any]:
-    """``fast.quant.nvfp4``'s launch options; on the GPU, for the rowwise operand alone in 1x16 blocks, a register
-    cap that keeps every launched program resident (an SM holds 65536 registers, ``programs_per_sm * num_warps *
-    32`` threads: 64 for 8 programs of 4 warps).  The member state that the grouped programs carry costs registers
-    the single kernel does not spend: there (tiles of 2 x 2048, 32 elements a thread) the kernel took 79 in
-    Triton 3.6 for sm_90, so 6 programs per SM ran and 2 waited (H100, 8 x [4096, 7168]: 0.424 ms, 1.11x single);
-    capped at 64, without spills, 0.388 ms.  Not elsewhere: the 16x16 rowwise tile (16 x 2048) spills even
-    uncapped, and the columnwise kernel (217 registers, 2 warps, 6 programs per SM) would spill under its cap."""
-    options = _nv_launch_options(data, launch, resident=not even and usage != "rowwise")
-    if data.device.type == "cuda" and usage == "rowwise" and block == "1d":
-        options["maxnreg"] = 65536 // (launch.programs_per_sm * launch.num_warps * 32)
-    return options
+    """``fast.quant.nvfp4``'s launch options, with its register cap that keeps every launched program resident
+    (``resident``: 65536 registers an SM for ``programs_per_sm * num_warps * 32`` threads) where the grouped kernel
+    needs it.  The rowwise operand alone in 1x16 blocks: the member state that the grouped programs carry costs
+    registers the single kernel does not spend (tiles of 2 x 2048: 79 in Triton 3.6 for sm_90, so 6 of 8 programs
+    per SM ran; H100, 8 x [4096, 7168]: 0.424 ms, 1.11x single; capped at 64, without spills, 0.388 ms).  Ragged
+    members of the other usages: the edge tiles' masked copy of the tile body (:func:`~fast.quant.nvfp4.quantize_tile`,
+    228 registers uncapped, 168 without spills under the cap of 3 programs of 4 warps).  Not for the 16x16 rowwise
+    tile (16 x 2048), which spills even uncapped."""
+    resident = (usage == "rowwise" and block == "1d") or (usage != "rowwise" and not even)
+    return _nv_launch_options(data, launch, resident=resident)
 
 
 def _fp8_block_grouped(

@@ -18,8 +18,8 @@ swizzle of the scales is the separate contract ``layout.scale_swizzle``.
 
 Kernels
 -------
-Two passes over ``x``, the fewest a global amax allows; with ``amax_source="given"`` the caller's amaxes are
-copied into the amax buffers (one small copy) and only the quantize pass runs, one read of ``x``:
+Two passes over ``x``, the fewest a global amax allows; with ``amax_source="given"`` only the quantize pass runs
+(one launch, one read of ``x``: its programs read the caller's amaxes and program 0 copies them into the outputs):
 
 1. ``_nvfp4_amax_kernel``: persistent programs keep an elementwise running maximum of ``|x|`` (and,
    with RHT, of the transformed columnwise operand) with ``max.f32``, which ignores NaN as TE's
