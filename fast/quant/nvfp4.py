@@ -49,7 +49,8 @@ per float16x2 sequence (:func:`_e2m1_pairs`: the float32 product rounded to odd 
 so that rounding it again is exact) and the E4M3 block scale is the hardware's saturating conversion
 (:func:`_e4m3_scale`); interpreted (and wherever a tile's layout does not suit the packs of 4), the
 integer bit arithmetic of :func:`e2m1_rne` (three candidate roundings by float32 magic-number additions
-and their minimum) and ``_e4m3_rne`` (bit rounding in place); stochastic rounding uses
+and their minimum) and ``_e4m3_rne`` (bit rounding in place).  Stochastic rounding with uint8 random bits is
+:func:`_e2m1_stochastic` (floors by ``fma.rm`` / ``add.rm``), with uint32 bits and interpreted
 ``fast._triton.round_to_code``.  (H100, bfloat16 8192 x 8192, both operands: 38 -> 30 SASS instructions
 per element in Triton 3.6's sm_90 code, 168 registers.)
 
@@ -246,6 +247,50 @@ def _e2m1_pairs(low, high):
         is_pure=True,
         pack=4,
     )
+
+
+@device
+def _e2m1_stochastic_interpreted(scaled, random, RANDOM_BITS: tl.constexpr):
+    """:func:`_e2m1_stochastic` by ``fast._triton.round_to_code`` (the interpreter cannot run PTX)."""
+    bits = scaled.to(tl.int32, bitcast=True)
+    return round_to_code(bits, bits, random, 1, 1, 28, 8, True, 7, 7, 7, 2, RANDOM_BITS)
+
+
+@device_modes(interpreted=_e2m1_stochastic_interpreted)
+def _e2m1_stochastic(scaled, random, RANDOM_BITS: tl.constexpr):
+    """int32 E2M1 codes (sign included, saturating, NaN -> +6 (0x7)) of float32 ``scaled`` rounded stochastically
+    with the int32 random values ``random`` (uint8 values for ``RANDOM_BITS`` 8, uint32 bits for 32): the rule of
+    ``fast._triton.round_to_code`` (``cast.fp4``'s: up iff the dropped fraction truncated to ``RANDOM_BITS`` bits
+    exceeds ``2**RANDOM_BITS - 1 - r``).
+
+    For 8 bits, compiled: with the E2M1 step ``s`` of ``a = min(|v|, 6)`` (``min.f32`` ignores NaN) and the
+    fraction ``f`` of ``a / s``, "up" is ``floor(256 f) + r >= 256``, which for an integer ``r`` is ``f + r / 256 >=
+    1``: the magnitude code is ``floor(a / s + r / 256)`` plus the segment's offset, exactly.  As in
+    :func:`_e2m1_rne_raw`, each segment's candidate (``2a``, ``a + 2``, ``a / 2 + 4``) is computed and the minimum
+    taken (floors are monotonic); each candidate is ``u = 1 + 2**-7 (c a + r / 256)`` by one ``fma.rm`` with ``1 +
+    r * 2**-15`` (``r``'s bits under 1.0's exponent, one ``mad``) and floored at ``2**-7`` by one ``add.rm`` of
+    ``2**16 - 1`` plus the offset (the sum's last place is ``2**-7``); both round toward minus infinity, which keeps
+    the floor.  The code is in the low bits of ``2**16``'s float32 bits.  Fourteen instructions against about 40
+    for the generic integer rounding.  32-bit random values need more than float32's precision: the generic
+    rounding.  ``tests/gpu/test_gpu_nvfp4.py`` checks it against ``reference.cast.fp4`` at every E2M1 rounding
+    threshold for all 256 values of ``r``."""
+    if RANDOM_BITS == 8:
+        return tl.inline_asm_elementwise(
+            "{\n.reg .f32 a, r, t0, t1, t2;\n.reg .b32 k;\n.reg .pred p;\n"
+            "abs.f32 a, $1;\nmin.f32 a, a, 0f40C00000;\n"
+            "mad.lo.u32 k, $2, 256, 0x3F800000;\nmov.b32 r, k;\n"
+            "fma.rm.f32 t0, a, 0f3C800000, r;\nfma.rm.f32 t1, a, 0f3C000000, r;\nfma.rm.f32 t2, a, 0f3B800000, r;\n"
+            "add.rm.f32 t0, t0, 0f477FFF00;\nadd.rm.f32 t1, t1, 0f477FFF04;\nadd.rm.f32 t2, t2, 0f477FFF08;\n"
+            "min.f32 t0, t0, t1;\nmin.f32 t0, t0, t2;\nmov.b32 k, t0;\nsub.u32 k, k, 0x47800000;\n"
+            "setp.le.s32 p, $1, -8388608;\n@p add.u32 k, k, 8;\nmov.b32 $0, k;\n}",
+            "=r,r,r",
+            [scaled, random],
+            dtype=tl.int32,
+            is_pure=True,
+            pack=1,
+        )
+    bits = scaled.to(tl.int32, bitcast=True)
+    return round_to_code(bits, bits, random, 1, 1, 28, 8, True, 7, 7, 7, 2, RANDOM_BITS)
 
 
 @device
@@ -499,8 +544,7 @@ def _quantize_tile(
                 random = tl.load(e_pointers)
             else:
                 random = tl.load(e_pointers, mask=row_ok[:, None] & ((col0 + c) < n_cols)[None, :], other=0)
-            bits = scaled.to(tl.int32, bitcast=True)
-            q = round_to_code(bits, bits, random, 1, 1, 28, 8, True, 7, 7, 7, ROUNDING, RANDOM_BITS)
+            q = _e2m1_stochastic(scaled, random.to(tl.int32), RANDOM_BITS)
         low, high = tl.split(tl.reshape(q, [BR, BC // 2, 2]))
         packed = (low + (high << 4)).to(tl.uint8)
     d = tl.arange(0, BC // 2)
@@ -515,9 +559,17 @@ def _quantize_tile(
 @device
 def hadamard_16_columns(values, BM: tl.constexpr, BK: tl.constexpr):
     """TE's random Hadamard transform of each 16-row chunk of the columns of float32 ``values [BM, BK]`` (the
-    columnwise operand ``values.T``, transformed along its rows): terms ``s_i v_i / 4``, float32 butterflies
-    ``h = 1, 2, 4, 8``, bfloat16 rounding (nearest even; NaN stays NaN), returned as float32 ``[BM, BK]``.  The
-    butterfly partners are combined by sums over an axis of 2, so the tile stays in the threads that hold it."""
+    columnwise operand ``values.T``, transformed along its rows): :func:`_hadamard_16_sums` rounded to bfloat16
+    (:func:`_bfloat16_rne`), returned as float32 ``[BM, BK]``."""
+    return _bfloat16_rne(_hadamard_16_sums(values, BM, BK))
+
+
+@device
+def _hadamard_16_sums(values, BM: tl.constexpr, BK: tl.constexpr):
+    """:func:`hadamard_16_columns` before its rounding: terms ``s_i v_i / 4``, float32 butterflies ``h = 1, 2, 4,
+    8``.  The butterfly partners are combined by sums over an axis of 2, so the tile stays in the threads that hold
+    it.  The amax pass takes the maximum of these magnitudes and rounds it once: rounding to nearest is monotonic and
+    symmetric, so the largest rounded magnitude is the rounded largest one."""
     lane = tl.arange(0, 16)
     signs = tl.where(((0xD7E8 >> lane) & 1) != 0, -0.25, 0.25)  # RHT_SIGN_MASK (kernels read no globals)
     v = tl.reshape(values, [BM // 16, 16, BK]) * signs[None, :, None]
@@ -525,10 +577,24 @@ def hadamard_16_columns(values, BM: tl.constexpr, BK: tl.constexpr):
     v = _column_butterfly(v, BM, BK, 2)
     v = _column_butterfly(v, BM, BK, 4)
     v = _column_butterfly(v, BM, BK, 8)
-    bits = tl.reshape(v, [BM, BK]).to(tl.int32, bitcast=True)
+    return tl.reshape(v, [BM, BK])
+
+
+@device
+def _bfloat16_rne_interpreted(v):
+    """:func:`_bfloat16_rne` in integer arithmetic (the interpreter's bfloat16 conversions flush subnormals)."""
+    bits = v.to(tl.int32, bitcast=True)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536  # -65536 is 0xFFFF0000
     quiet = (bits | 0x400000) & -65536
     return tl.where((bits & 0x7FFFFFFF) > 0x7F800000, quiet, rounded).to(tl.float32, bitcast=True)
+
+
+@device_modes(interpreted=_bfloat16_rne_interpreted)
+def _bfloat16_rne(v):
+    """float32 ``v`` rounded to bfloat16 (nearest even, subnormals kept, overflow to Inf; NaN stays NaN, its payload
+    and sign unspecified: every later step treats all NaNs alike), as float32: the hardware conversion
+    (``cvt.rn.bf16x2.f32``) and back, where the integer rounding took six instructions an element."""
+    return v.to(tl.bfloat16).to(tl.float32)
 
 
 @device
@@ -613,8 +679,7 @@ def _quantize_columns(
             random = tl.load(e_pointers)
         else:
             random = tl.load(e_pointers, mask=col_ok[None, :] & ((row0 + r) < M)[:, None], other=0)
-        bits = scaled.to(tl.int32, bitcast=True)
-        q = round_to_code(bits, bits, random, 1, 1, 28, 8, True, 7, 7, 7, ROUNDING, RANDOM_BITS)
+        q = _e2m1_stochastic(scaled, random.to(tl.int32), RANDOM_BITS)
     _store_columns(q, code, row0, col0, M, K, scale_stride, data_ptr, scales_ptr, BM, BK, EVEN, ALIGNED, ROUNDING == 0)
 
 
@@ -730,7 +795,7 @@ def _amax_tile(
         # Elementwise running maxima, reduced once after the last tile (no reduction per tile).
         running = _max2(running, _magnitude(values, RULE, SANITIZE), RULE)
         if COLUMNWISE and RHT:
-            running_t = _max2(running_t, _magnitude(hadamard_16_columns(values, BM, BK), RULE, SANITIZE), RULE)
+            running_t = _max2(running_t, _magnitude(_hadamard_16_sums(values, BM, BK), RULE, SANITIZE), RULE)
     return running, running_t
 
 
@@ -811,8 +876,9 @@ def _nvfp4_amax_kernel(
         if ROWWISE:
             tl.atomic_max(amax_ptr, amax)
         if COLUMNWISE:
-            if RHT:
-                amax = _abs_max(_abs_max(running_t, 0, RULE, SANITIZE), 0, RULE, SANITIZE).to(tl.int32, bitcast=True)
+            if RHT:  # the transformed operand's amax, rounded once (see _hadamard_16_sums)
+                amax = _bfloat16_rne(_abs_max(_abs_max(running_t, 0, RULE, SANITIZE), 0, RULE, SANITIZE))
+                amax = amax.to(tl.int32, bitcast=True)
             tl.atomic_max(columnwise_amax_ptr, amax)
 
 
@@ -1392,10 +1458,8 @@ def rowwise_tile(
         else:
             random = tl.load(random_ptr + row_base + offsets, mask=ok[:, :, None, None], other=0)
         r_lo, r_hi = _random_halves(random, RANDOM_BITS)
-        s_lo = (lo * enc).to(tl.int32, bitcast=True)
-        s_hi = (hi * enc).to(tl.int32, bitcast=True)
-        q_lo = round_to_code(s_lo, s_lo, r_lo, 1, 1, 28, 8, True, 7, 7, 7, ROUNDING, RANDOM_BITS)
-        q_hi = round_to_code(s_hi, s_hi, r_hi, 1, 1, 28, 8, True, 7, 7, 7, ROUNDING, RANDOM_BITS)
+        q_lo = _e2m1_stochastic(lo * enc, r_lo, RANDOM_BITS)
+        q_hi = _e2m1_stochastic(hi * enc, r_hi, RANDOM_BITS)
         packed = (q_lo + (q_hi << 4)).to(tl.uint8)
     if EVEN:
         tl.store(data_ptr + row_base + offsets, packed.to(tl.uint8))
@@ -1508,22 +1572,35 @@ x 7168 (H100, bfloat16) 0.617 ms at 3 programs against 0.639 ms at 2."""
 _COLUMNWISE = _BOTH._replace(quantize=_Launch(128, 32, 2, 6))
 """The columnwise operand alone: 128 x 32 tiles, 2 warps, 6 programs per SM (H100: 0.128 ms, 0.134 with
 ``_BOTH``'s tiles, 0.251 with the 16 x 128 tiles before)."""
-_STOCHASTIC = _BOTH._replace(quantize=_Launch(64, 64, 4, 2))
-"""Stochastic rounding with a columnwise operand: 32 elements a thread, since the generic rounding of
-``round_to_code`` and the random bits spill registers at 64."""
+_ROWWISE_STOCHASTIC = _ROWWISE._replace(quantize=_Launch(4, 2048, 4, 8))
+"""The rowwise operand alone, stochastic rounding: 4 x 2048 tiles (H100, bfloat16 8192 x 8192 with uint8 random
+bits: 0.1424 ms, 0.1553 with ``_ROWWISE``'s).  With a columnwise operand stochastic rounding takes the round to
+nearest tilings since :func:`_e2m1_stochastic` (both 0.2758 ms, columnwise 0.1600, both with RHT 0.3792; the
+64 x 64 tiles that the generic rounding needed took 0.3433, 0.2568 and 1.4656 ms)."""
+_WIDE_RANDOM = _BOTH._replace(quantize=_Launch(64, 64, 4, 2))
+"""uint32 random bits with a columnwise operand: 32 elements a thread, since the generic rounding of
+``round_to_code`` (:func:`_e2m1_stochastic` for 32 bits) spills registers at 64 (Triton 3.6 for sm_90, both
+operands: 255 registers and 1176 bytes of stack on 128 x 64 tiles)."""
 
 
-def _tiling(s: _Settings, device_: torch.device, rows: int, dtype: torch.dtype) -> _Tiling:
-    """The launch shapes of these settings for inputs of ``rows`` rows and type ``dtype`` on ``device_``.
-    Triton's interpreter pays per program, not per element: large CPU inputs take 128-row tiles there (the same
-    code, other constexprs; small inputs keep the GPU's tiles, which the CPU tests check)."""
+def _tiling(s: _Settings, device_: torch.device, rows: int, dtype: torch.dtype, wide_random: bool = False) -> _Tiling:
+    """The launch shapes of these settings for inputs of ``rows`` rows and type ``dtype`` on ``device_``
+    (``wide_random``: some random bits are uint32).  Triton's interpreter pays per program, not per element: large
+    CPU inputs take 128-row tiles there (the same code, other constexprs; small inputs keep the GPU's tiles, which
+    the CPU tests check)."""
     if not s.columnwise:
-        tiling = _ROWWISE
-    elif s.rounding == "stochastic":
-        tiling = _STOCHASTIC
+        tiling = _ROWWISE_STOCHASTIC if s.rounding == "stochastic" and not wide_random else _ROWWISE
+    elif wide_random:
+        tiling = _WIDE_RANDOM
     elif not s.rowwise:
         tiling = _COLUMNWISE
-    elif dtype in (torch.bfloat16, torch.float16) and s.block == "1x16" and s.amax_scope == "tensor" and not s.rht:
+    elif (
+        s.rounding == "rne"
+        and dtype in (torch.bfloat16, torch.float16)
+        and s.block == "1x16"
+        and s.amax_scope == "tensor"
+        and not s.rht
+    ):
         tiling = _BOTH_3
     else:
         tiling = _BOTH
@@ -1742,7 +1819,8 @@ def _quantize_triton(
     """Both passes with the Triton kernels, or the quantize pass alone from the ``given`` amaxes (arguments checked,
     ``x`` contiguous); ``tiling`` overrides the launch shapes (the benchmarks' sweeps)."""
     out = _outputs(x, s, given)
-    tiling = tiling or _tiling(s, x.device, x.shape[0], x.dtype)
+    wide_random = any(b is not None and b.dtype == torch.uint32 for b in (random_bits, columnwise_random_bits))
+    tiling = tiling or _tiling(s, x.device, x.shape[0], x.dtype, wide_random)
     with _interpreter_errstate(x):
         if not given:
             _amax_pass(x, s, out, tiling)

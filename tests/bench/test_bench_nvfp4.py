@@ -87,28 +87,34 @@ def test_triton_kernels(measure: Measure, x: torch.Tensor, variant: str) -> None
     )
 
 
-def test_triton_stochastic(measure: Measure, x: torch.Tensor) -> None:
-    bits = torch.randint(0, 256, SHAPE, dtype=torch.uint8, device="cuda")
-    measure(
-        lambda: functools.partial(nvfp4, x, usage="rowwise", rounding="stochastic", random_bits=bits),
-        bytes_moved=2 * input_bytes(x) + bits.numel() + output_bytes("rowwise"),
-        implementation="fast.quant.nvfp4 (Triton, two passes)",
-        shape="bf16_8192x8192",
-        variant="rowwise stochastic uint8 bits",
-    )
+STOCHASTIC_VARIANTS: dict[str, dict[str, Any]] = {
+    "rowwise": {"usage": "rowwise"},
+    "columnwise": {"usage": "columnwise"},
+    "both": {"usage": "both"},
+    "both rht": {"usage": "both", "rht": True},
+}
 
 
-def test_triton_stochastic_both(measure: Measure, x: torch.Tensor) -> None:
-    bits = torch.randint(0, 256, SHAPE, dtype=torch.uint8, device="cuda")
-    columnwise_bits = torch.randint(0, 256, SHAPE[::-1], dtype=torch.uint8, device="cuda")
+@pytest.mark.parametrize("variant", STOCHASTIC_VARIANTS)
+def test_triton_stochastic(measure: Measure, x: torch.Tensor, variant: str) -> None:
+    """Stochastic rounding with uint8 random bits, read once per operand (TE's gradient recipe: both with RHT)."""
+    params = STOCHASTIC_VARIANTS[variant]
+    usage = params["usage"]
+    generator = torch.Generator("cuda").manual_seed(1)
+    bits = {
+        name: torch.randint(0, 256, shape, dtype=torch.uint8, device="cuda", generator=generator)
+        for name, shape, wanted in (
+            ("random_bits", SHAPE, usage != "columnwise"),
+            ("columnwise_random_bits", SHAPE[::-1], usage != "rowwise"),
+        )
+        if wanted
+    }
     measure(
-        lambda: functools.partial(
-            nvfp4, x, rounding="stochastic", random_bits=bits, columnwise_random_bits=columnwise_bits
-        ),
-        bytes_moved=2 * input_bytes(x) + 2 * bits.numel() + output_bytes("both"),
+        lambda: functools.partial(nvfp4, x, rounding="stochastic", **params, **bits),
+        bytes_moved=2 * input_bytes(x) + sum(b.numel() for b in bits.values()) + output_bytes(usage),
         implementation="fast.quant.nvfp4 (Triton, two passes)",
         shape="bf16_8192x8192",
-        variant="both stochastic uint8 bits",
+        variant=f"{variant} stochastic uint8 bits",
     )
 
 

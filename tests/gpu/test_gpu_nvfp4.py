@@ -33,6 +33,9 @@ from reference.quant.nvfp4 import nvfp4 as reference_nvfp4
 
 quant_module = importlib.import_module("fast.quant.nvfp4")
 e2m1_pairs = quant_module._e2m1_pairs
+e2m1_stochastic = quant_module._e2m1_stochastic
+bfloat16_rne = quant_module._bfloat16_rne
+bfloat16_rne_interpreted = quant_module._bfloat16_rne_interpreted
 e4m3_scale = quant_module._e4m3_scale
 reciprocal = quant_module._reciprocal
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -321,3 +324,78 @@ def test_device_functions_against_the_reference() -> None:
     got_inverse = reciprocals.cpu().numpy()
     same = (got_inverse.view(np.uint32) == inverse.view(np.uint32)) | (np.isnan(got_inverse) & np.isnan(inverse))
     assert same.all(), f"_reciprocal differs at {magnitude[~same][:4]!r}"
+
+
+def _stochastic_kernel(values_ptr, random_ptr, codes_ptr, one, n, RANDOM_BITS: tl.constexpr, BLOCK: tl.constexpr):
+    """``_e2m1_stochastic(v * one, r)`` for float32 ``v`` and int32 random values ``r``."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offsets < n
+    value = tl.load(values_ptr + offsets, mask=ok) * one
+    random = tl.load(random_ptr + offsets, mask=ok)
+    tl.store(codes_ptr + offsets, e2m1_stochastic(value, random, RANDOM_BITS).to(tl.uint8), mask=ok)
+
+
+def _stochastic_probes() -> np.ndarray:
+    """float32 magnitudes at and within 4 ulps of every multiple of a 256th of the E2M1 step in [0, 6] (where the
+    rounding turns from down to up for some ``r``), of 6, float16's and float32's limits, both signs; NaN of both
+    signs, Inf, float32 subnormals; 2**16 random float32 patterns."""
+    steps = [np.arange(1024) * 2.0**-9, 2 + np.arange(512) * 2.0**-8, 4 + np.arange(257) * 2.0**-7]
+    anchors = np.concatenate([*steps, [2.0**-126, 65504, 1e38]]).astype(np.float32)
+    near = (anchors.view(np.int32)[:, None] + np.arange(-4, 5)[None, :]).ravel()
+    near = near[(near >= 0) & (near < 0x7F800000)].astype(np.int32).view(np.float32)
+    special = np.array([np.inf, np.nan, 1e-45, 2.0**-140], dtype=np.float32)
+    random = np.random.default_rng(8).integers(0, 2**32, 2**16, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    return np.concatenate([near, -near, special, -special, random])
+
+
+def test_stochastic_device_function_against_the_reference() -> None:
+    """``_e2m1_stochastic`` with 8 random bits (``fma.rm`` / ``add.rm`` floors) against ``reference.cast.fp4``'s
+    stochastic rounding, every probe value with each of the 256 random values; with 32 random bits (the generic
+    rounding) on the same values with random 32-bit values."""
+    probes = _stochastic_probes()
+    for random_bits in (8, 32):
+        if random_bits == 8:
+            values = np.repeat(probes, 256)
+            random = np.tile(np.arange(256, dtype=np.uint32), probes.size)
+        else:
+            values = np.repeat(probes, 4)
+            random = np.random.default_rng(9).integers(0, 2**32, values.size, dtype=np.uint64).astype(np.uint32)
+        n = values.size
+        codes = torch.empty(n, dtype=torch.uint8, device="cuda")
+        device_random = torch.from_numpy(random.view(np.int32)).cuda()
+        grid = (-(-n // 1024),)
+        jit(_stochastic_kernel)[grid](
+            torch.from_numpy(values).cuda(), device_random, codes, 1.0, n, RANDOM_BITS=random_bits, BLOCK=1024
+        )
+        bits = random.astype(np.uint8) if random_bits == 8 else random
+        expected = reference.cast.fp4(
+            values, format="float4_e2m1fn", rounding="stochastic", nan="max", random_bits=bits
+        )
+        got = codes.cpu().numpy()
+        bad = np.flatnonzero(got != expected["codes"])
+        assert bad.size == 0, (
+            f"{random_bits} bits: {bad.size} codes differ; first {values[bad[0]]!r} with r={int(random[bad[0]])}: "
+            f"0x{int(got[bad[0]]):x}, reference 0x{int(expected['codes'][bad[0]]):x}"
+        )
+
+
+def _bfloat16_kernel(mismatches_ptr, first_ptr, BLOCK: tl.constexpr):
+    """Counts the float32 patterns ``program * BLOCK + i`` (as int32) whose ``_bfloat16_rne`` (the hardware
+    conversion) differs from the integer rounding of ``_bfloat16_rne_interpreted``, NaN against NaN allowed."""
+    bits = (tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)).to(tl.int32)
+    v = bits.to(tl.float32, bitcast=True)
+    got = bfloat16_rne(v)
+    want = bfloat16_rne_interpreted(v)
+    bad = (got.to(tl.int32, bitcast=True) != want.to(tl.int32, bitcast=True)) & ((got == got) | (want == want))
+    count = tl.sum(bad.to(tl.int32))
+    tl.atomic_add(mismatches_ptr, count)
+    tl.atomic_min(first_ptr, tl.min(tl.where(bad, bits, 2147483647)))
+
+
+def test_bfloat16_rounding_on_every_float32() -> None:
+    """``_bfloat16_rne`` (the RHT's rounding, by the hardware conversion) equals the contract's integer rounding to
+    nearest even on all 2**32 float32 patterns (subnormals, overflow to Inf); NaN stays NaN."""
+    mismatches = torch.zeros(1, dtype=torch.int32, device="cuda")
+    first = torch.full((1,), 2**31 - 1, dtype=torch.int32, device="cuda")
+    jit(_bfloat16_kernel)[(2**32 // 4096,)](mismatches, first, BLOCK=4096)
+    assert int(mismatches.item()) == 0, f"{int(mismatches.item())} patterns differ, e.g. 0x{int(first.item()):08x}"
