@@ -34,13 +34,14 @@ Two passes over ``x``, the fewest a global amax allows; with ``amax_source="give
    ``x``'s orientation too (no transposed tile): blocks are 16 rows of a column, the Hadamard
    butterflies run down the columns, and a byte is a pair of rows; only the packed bytes and the
    scales are transposed, by their stores, which give each row of ``[K, M/2]`` (``[K, M/16]``)
-   ``BM / 2`` (``BM / 16``) contiguous bytes.  The tile is loaded as a 5-D view
+   ``BM / 2`` (``BM / 16``) contiguous bytes.  The tile is loaded as a 5-D or 6-D view
    (:func:`_column_tile`) that leaves the two rows of a byte and 8 of a block's 16 rows in one
-   thread.  Programs walk the tiles in reverse, so the tiles the amax pass read last (still in L2)
-   are read first.  The rowwise operand alone takes ``_nvfp4_rowwise_kernel``, which reads ``x`` as
-   words in contiguous 16-byte pieces.  Each kernel's tile body is a device function,
-   :func:`quantize_tile` and :func:`rowwise_tile` (tile, dims, pointers, scale-row strides, the tensor
-   scales' ``p0, p1``), which ``fast.group``'s grouped kernel runs on every member's tiles.
+   thread, or all 16 (the columnwise operand alone, and with RHT).  Programs walk the tiles in
+   reverse, so the tiles the amax pass read last (still in L2) are read first.  The rowwise operand
+   alone takes ``_nvfp4_rowwise_kernel``, which reads ``x`` as words in contiguous 16-byte pieces.
+   Each kernel's tile body is a device function, :func:`quantize_tile` and :func:`rowwise_tile`
+   (tile, dims, pointers, scale-row strides, the tensor scales' ``p0, p1``), which ``fast.group``'s
+   grouped kernel runs on every member's tiles.
 
 All the float arithmetic is the contract's, in float32: IEEE divisions and reciprocals (``tl.div_rn``,
 ``rcp.rn.f32``), products that are each rounded once (floating-point contraction is turned off at
@@ -776,7 +777,9 @@ def _amax_tile(
     row_ok = (row0 + r) < M
     col_ok = (col0 + c) < K
     if COLUMNWISE:  # the columnwise kernel's tiles and layout (the Hadamard transform runs along the columns)
-        values = _tile_values(_column_tile(x_ptr, tile, M, K, BM, BK, EVEN, EVICTION), INPUT, BM, BK)
+        WHOLE_BLOCKS: tl.constexpr = RHT or not ROWWISE
+        raw = _column_tile(x_ptr, tile, M, K, BM, BK, EVEN, EVICTION, WHOLE_BLOCKS)
+        values = _tile_values(raw, INPUT, BM, BK, WHOLE_BLOCKS)
     else:
         pointers = x_ptr + row0.to(tl.int64) * K + (r[:, None] * K + (col0 + c)[None, :])
         if EVEN:
@@ -899,25 +902,52 @@ def _max2(a, b, RULE: tl.constexpr):
 
 
 @device
-def _column_tile(x_ptr, tile, M, K, BM: tl.constexpr, BK: tl.constexpr, EVEN: tl.constexpr, EVICTION: tl.constexpr):
-    """The raw elements of tile ``tile`` of ``x`` (``[BM, BK]``, row-major tiles) as ``[2, BM / 16, 4, 2, BK]``:
-    row ``16 g + 4 q + 2 b + a`` of the tile at ``[b, g, q, a]``; nothing is read for a negative ``tile``.
+def _column_tile(
+    x_ptr,
+    tile,
+    M,
+    K,
+    BM: tl.constexpr,
+    BK: tl.constexpr,
+    EVEN: tl.constexpr,
+    EVICTION: tl.constexpr,
+    WHOLE_BLOCKS: tl.constexpr,
+):
+    """The raw elements of tile ``tile`` of ``x`` (``[BM, BK]``, row-major tiles) as a view whose register axes hold
+    rows of a columnwise block; nothing is read for a negative ``tile``.
 
-    Triton 3.6 (the GPU's) gives a load's threads to its contiguous axis (the columns, 16 bytes a thread) and then
-    to the other axes in index order (``b``, then ``g``), which leaves ``q`` and ``a`` in registers: rows 2i and
-    2i + 1 (one columnwise byte) sit in one thread, and of the 16 rows of a columnwise block a thread holds 8,
-    its neighbour the other 8.  (Other Triton versions may order the axes otherwise: slower, not wrong.)  The
-    permute and reshape of :func:`_tile_values` move no data.
+    Triton 3.6 (the GPU's) gives a load's threads to its contiguous axis first and then to the other axes in index
+    order, leaving the last ones in registers.  ``WHOLE_BLOCKS`` false: ``[2, BM / 16, 4, 2, BK]``, row ``16 g + 4 q
+    + 2 b + a`` at ``[b, g, q, a]``; 16 bytes of a row a thread, then ``b`` and ``g`` to threads: a thread holds 8
+    of a block's 16 rows (rows 2i and 2i + 1, one columnwise byte, together), its neighbour the other 8, and half of
+    a rowwise block.  True: ``[BK / 4, BM / 16, 2, 4, 2, 4]``, row ``16 g + 8 b + 2 q + a`` and column ``4 c + d`` at
+    ``[c, g, b, q, a, d]``; 8 bytes of a row a thread, then ``c`` and ``g`` to threads: a thread holds all 16 rows of
+    its 4 columns' blocks, so the Hadamard butterflies and the columnwise block maxima stay in the thread (no
+    shuffles), while a rowwise block spans 4 threads.  H100, bfloat16 8192 x 8192: columnwise 0.1295 -> 0.1198 ms
+    (with ``_COLUMNWISE``'s 4 programs per SM), columnwise with RHT 0.1912 -> 0.1359, both with RHT 0.2548 -> 0.2230,
+    both with RHT in 16 x 16 tiles 0.2389 -> 0.1997, both with RHT, stochastic 0.3479 -> 0.3164; both without RHT
+    slower (0.1678 -> 0.2122: 231 registers, the rowwise block scales computed by 4 threads each), so they keep 8
+    rows.  (Other Triton versions may order the axes otherwise: slower, not wrong.)  The permute and reshape of
+    :func:`_tile_values` move no data.
     """
     tiles_k = tl.cdiv(K, BK)
     row0 = (tl.maximum(tile, 0) // tiles_k) * BM
     col0 = (tl.maximum(tile, 0) % tiles_k) * BK
-    b = tl.arange(0, 2)[:, None, None, None, None]
-    g = tl.arange(0, BM // 16)[None, :, None, None, None]
-    q = tl.arange(0, 4)[None, None, :, None, None]
-    a = tl.arange(0, 2)[None, None, None, :, None]
-    rows = 16 * g + 4 * q + 2 * b + a
-    cols = col0 + tl.arange(0, BK)[None, None, None, None, :]
+    if WHOLE_BLOCKS:
+        c = tl.arange(0, BK // 4)[:, None, None, None, None, None]
+        g = tl.arange(0, BM // 16)[None, :, None, None, None, None]
+        b = tl.arange(0, 2)[None, None, :, None, None, None]
+        q = tl.arange(0, 4)[None, None, None, :, None, None]
+        a = tl.arange(0, 2)[None, None, None, None, :, None]
+        rows = 16 * g + 8 * b + 2 * q + a
+        cols = col0 + 4 * c + tl.arange(0, 4)[None, None, None, None, None, :]
+    else:
+        b = tl.arange(0, 2)[:, None, None, None, None]
+        g = tl.arange(0, BM // 16)[None, :, None, None, None]
+        q = tl.arange(0, 4)[None, None, :, None, None]
+        a = tl.arange(0, 2)[None, None, None, :, None]
+        rows = 16 * g + 4 * q + 2 * b + a
+        cols = col0 + tl.arange(0, BK)[None, None, None, None, :]
     pointers = x_ptr + row0.to(tl.int64) * K + (rows * K + cols)
     # A vector mask, not a scalar condition: the interpreter rejects the mix.
     mask = (rows * 0 + tile) >= 0
@@ -927,10 +957,13 @@ def _column_tile(x_ptr, tile, M, K, BM: tl.constexpr, BK: tl.constexpr, EVEN: tl
 
 
 @device
-def _tile_values(raw, INPUT: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr):
+def _tile_values(raw, INPUT: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, WHOLE_BLOCKS: tl.constexpr):
     """float32 ``[BM, BK]`` of a tile loaded by :func:`_column_tile`."""
     values = float32_bits(raw, INPUT)[1].to(tl.float32, bitcast=True)
-    return tl.reshape(tl.permute(values, (1, 2, 0, 3, 4)), [BM, BK])
+    # A constexpr-conditional expression: Triton compiles only the chosen permute (a `return` inside `if` does not
+    # stop it from compiling the code after the `if`).
+    values = tl.permute(values, (1, 2, 3, 4, 0, 5)) if WHOLE_BLOCKS else tl.permute(values, (1, 2, 0, 3, 4))
+    return tl.reshape(values, [BM, BK])
 
 
 @device
@@ -1128,7 +1161,9 @@ def _operands_tile(
     tiles_k = tl.cdiv(K, BK)
     row0 = (tile // tiles_k) * BM
     col0 = (tile % tiles_k) * BK
-    values = _tile_values(_column_tile(x_ptr, tile, M, K, BM, BK, EVEN, "evict_first"), INPUT, BM, BK)
+    WHOLE_BLOCKS: tl.constexpr = RHT or not ROWWISE  # see _column_tile
+    raw = _column_tile(x_ptr, tile, M, K, BM, BK, EVEN, "evict_first", WHOLE_BLOCKS)
+    values = _tile_values(raw, INPUT, BM, BK, WHOLE_BLOCKS)
     if ROWWISE:
         q, tile_code = _quantize_tile(
             values,
@@ -1569,9 +1604,10 @@ registers in Triton 3.6 (sm_90) since the float16x2 rounding, so 3 programs of 4
 edge tiles' masked copy of the body, see :func:`quantize_tile`).  Float32 inputs, row amaxes and RHT take 226-255
 registers (2 programs).  ``fast.group``'s grouped kernel takes 168 and runs this tiling too: on 8 uneven experts
 x 7168 (H100, bfloat16) 0.617 ms at 3 programs against 0.639 ms at 2."""
-_COLUMNWISE = _BOTH._replace(quantize=_Launch(128, 32, 2, 6))
-"""The columnwise operand alone: 128 x 32 tiles, 2 warps, 6 programs per SM (H100: 0.128 ms, 0.134 with
-``_BOTH``'s tiles, 0.251 with the 16 x 128 tiles before)."""
+_COLUMNWISE = _BOTH._replace(quantize=_Launch(128, 64, 4, 4))
+"""The columnwise operand alone: 128 x 64 tiles, 4 warps, 4 programs per SM (128 registers in Triton 3.6 for sm_90
+with a block's 16 rows in a thread, see :func:`_column_tile`; H100, bfloat16 8192 x 8192: 0.1198 ms, 0.1285 with
+128 x 32 tiles on 2 warps and 8 programs, 0.1229 with 3 programs; 0.251 with the 16 x 128 tiles of before)."""
 _ROWWISE_STOCHASTIC = _ROWWISE._replace(quantize=_Launch(4, 2048, 4, 8))
 """The rowwise operand alone, stochastic rounding: 4 x 2048 tiles (H100, bfloat16 8192 x 8192 with uint8 random
 bits: 0.1424 ms, 0.1553 with ``_ROWWISE``'s).  With a columnwise operand stochastic rounding takes the round to
@@ -1804,7 +1840,9 @@ def _quantize_pass(
         SAME_AMAX=s.amax_source == "computed",
         BM=q.rows,
         BK=q.cols,
-        **_launch_options(x, q, resident=not variant["EVEN"]),
+        # Capped: ragged tiles (two copies of the body), and the columnwise operand alone (stochastic rounding takes
+        # 159-167 registers uncapped, 128 without spills under the cap of 4 programs; Triton 3.6 for sm_90).
+        **_launch_options(x, q, resident=not variant["EVEN"] or not s.rowwise),
     )
 
 

@@ -69,6 +69,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "columnwise": {"usage": "columnwise"},
     "both 16x16": {"usage": "both", "block": "16x16"},
     "both rht": {"usage": "both", "rht": True},
+    "columnwise rht": {"usage": "columnwise", "rht": True},
+    "both rht 16x16": {"usage": "both", "rht": True, "block": "16x16"},
     "rowwise torchao_cuda": {"usage": "rowwise", "scale_rule": "torchao_cuda"},
 }
 
