@@ -1608,11 +1608,12 @@ _COLUMNWISE = _BOTH._replace(quantize=_Launch(128, 64, 4, 4))
 """The columnwise operand alone: 128 x 64 tiles, 4 warps, 4 programs per SM (128 registers in Triton 3.6 for sm_90
 with a block's 16 rows in a thread, see :func:`_column_tile`; H100, bfloat16 8192 x 8192: 0.1198 ms, 0.1285 with
 128 x 32 tiles on 2 warps and 8 programs, 0.1229 with 3 programs; 0.251 with the 16 x 128 tiles of before)."""
-_ROWWISE_STOCHASTIC = _ROWWISE._replace(quantize=_Launch(4, 2048, 4, 8))
-"""The rowwise operand alone, stochastic rounding: 4 x 2048 tiles (H100, bfloat16 8192 x 8192 with uint8 random
-bits: 0.1424 ms, 0.1553 with ``_ROWWISE``'s).  With a columnwise operand stochastic rounding takes the round to
-nearest tilings since :func:`_e2m1_stochastic` (both 0.2758 ms, columnwise 0.1600, both with RHT 0.3792; the
-64 x 64 tiles that the generic rounding needed took 0.3433, 0.2568 and 1.4656 ms)."""
+_ROWWISE_STOCHASTIC = _ROWWISE._replace(quantize=_Launch(2, 4096, 8, 4))
+"""The rowwise operand alone, stochastic rounding: 2 x 4096 tiles, 8 warps, 4 programs per SM (H100, bfloat16 8192
+x 8192 with uint8 random bits: 0.1367 ms; 0.1553 with ``_ROWWISE``'s tiles, 0.1413 with 4 x 2048, 0.1396 with 4 x
+1024 on 2 warps, 0.1442-0.1708 with five others).  With a columnwise operand stochastic rounding takes the round to
+nearest tilings since :func:`_e2m1_stochastic` (on the tiles of then: both 0.2758 ms, columnwise 0.1600, both with
+RHT 0.3792, against 0.3433, 0.2568 and 1.4656 ms on the 64 x 64 tiles that the generic rounding needed)."""
 _WIDE_RANDOM = _BOTH._replace(quantize=_Launch(64, 64, 4, 2))
 """uint32 random bits with a columnwise operand: 32 elements a thread, since the generic rounding of
 ``round_to_code`` (:func:`_e2m1_stochastic` for 32 bits) spills registers at 64 (Triton 3.6 for sm_90, both
