@@ -1570,13 +1570,15 @@ def _nvfp4_rowwise_kernel(
 
 
 class _Launch(NamedTuple):
-    """One kernel's launch shape: tile rows, tile columns (elements; words for the flat amax pass), warps
-    and resident programs per SM."""
+    """One kernel's launch shape: tile rows, tile columns (elements; words for the flat amax pass), warps,
+    resident programs per SM, and whether the registers are capped at what keeps them resident (as ragged launches
+    always are, see :func:`_launch_options`)."""
 
     rows: int
     cols: int
     num_warps: int
     programs_per_sm: int
+    register_cap: bool = False
 
 
 class _Tiling(NamedTuple):
@@ -1601,9 +1603,17 @@ _BOTH_3 = _BOTH._replace(quantize=_Launch(128, 64, 4, 3))
 """Both operands in the single kernel, round to nearest from bfloat16 or float16, per-tensor amax, no RHT: 168
 registers in Triton 3.6 (sm_90) since the float16x2 rounding, so 3 programs of 4 warps fit an SM (H100, bfloat16
 8192 x 8192: 0.1851 -> 0.1696 ms); on ragged shapes under a register cap (``_launch_options``' ``resident``: the
-edge tiles' masked copy of the body, see :func:`quantize_tile`).  Float32 inputs, row amaxes and RHT take 226-255
-registers (2 programs).  ``fast.group``'s grouped kernel takes 168 and runs this tiling too: on 8 uneven experts
-x 7168 (H100, bfloat16) 0.617 ms at 3 programs against 0.639 ms at 2."""
+edge tiles' masked copy of the body, see :func:`quantize_tile`).  Also 16 x 16 tiles from 16-bit input with round
+to nearest, with RHT or without (167-168 registers; 0.1562 -> 0.1527 ms, with RHT 0.1996 -> 0.1855).  Float32 inputs,
+row amaxes and RHT in 1x16 blocks take 226-255 registers (2 programs, or ``_BOTH_3_CAPPED``).  ``fast.group``'s
+grouped kernel takes 168 and runs this tiling too: on 8 uneven experts x 7168 (H100, bfloat16) 0.617 ms at 3
+programs against 0.639 ms at 2."""
+_BOTH_3_CAPPED = _BOTH._replace(quantize=_Launch(128, 64, 4, 3, register_cap=True))
+"""Both operands in 1x16 blocks, per-tensor amax, no RHT, from float32 with round to nearest or from 16-bit input with
+stochastic rounding: 3 programs per SM under the 168-register cap (228 and 193 uncapped; Triton 3.6 for sm_90: no
+spills, and 5 spilled words for stochastic rounding).  H100, 8192 x 8192: float32 0.2526 -> 0.2430 ms, bfloat16
+stochastic 0.2752 -> 0.2417 (3 programs uncapped: 0.2874, 0.3321).  With RHT capped 3 per SM were slower (0.2215 ->
+0.2334, and with stochastic rounding 0.3163 -> 0.3377), so RHT in 1x16 blocks keeps ``_BOTH``."""
 _COLUMNWISE = _BOTH._replace(quantize=_Launch(128, 64, 4, 4))
 """The columnwise operand alone: 128 x 64 tiles, 4 warps, 4 programs per SM (128 registers in Triton 3.6 for sm_90
 with a block's 16 rows in a thread, see :func:`_column_tile`; H100, bfloat16 8192 x 8192: 0.1198 ms, 0.1285 with
@@ -1625,20 +1635,19 @@ def _tiling(s: _Settings, device_: torch.device, rows: int, dtype: torch.dtype, 
     (``wide_random``: some random bits are uint32).  Triton's interpreter pays per program, not per element: large
     CPU inputs take 128-row tiles there (the same code, other constexprs; small inputs keep the GPU's tiles, which
     the CPU tests check)."""
+    sixteen_bit = dtype in (torch.bfloat16, torch.float16)
     if not s.columnwise:
         tiling = _ROWWISE_STOCHASTIC if s.rounding == "stochastic" and not wide_random else _ROWWISE
     elif wide_random:
         tiling = _WIDE_RANDOM
     elif not s.rowwise:
         tiling = _COLUMNWISE
-    elif (
-        s.rounding == "rne"
-        and dtype in (torch.bfloat16, torch.float16)
-        and s.block == "1x16"
-        and s.amax_scope == "tensor"
-        and not s.rht
-    ):
+    elif s.amax_scope == "row":
+        tiling = _BOTH
+    elif sixteen_bit and s.rounding == "rne" and (s.block == "16x16" or not s.rht):
         tiling = _BOTH_3
+    elif s.block == "1x16" and not s.rht and (sixteen_bit if s.rounding == "stochastic" else dtype == torch.float32):
+        tiling = _BOTH_3_CAPPED
     else:
         tiling = _BOTH
     if device_.type != "cuda" and rows >= 1024:
@@ -1693,7 +1702,7 @@ def _launch_options(x: torch.Tensor, launch: _Launch, resident: bool = False) ->
         return {"num_warps": launch.num_warps}
     options = {"num_warps": launch.num_warps, "enable_fp_fusion": False}
     cap = 65536 // (launch.programs_per_sm * launch.num_warps * 32) // 8 * 8
-    if resident and cap < 256:
+    if (resident or launch.register_cap) and cap < 256:
         options["maxnreg"] = cap
     return options
 
