@@ -20,6 +20,7 @@ replay command points at the file.
 from __future__ import annotations
 
 import datetime as dt
+import fnmatch
 import functools
 import json
 import os
@@ -225,24 +226,50 @@ def _replay(run: Mapping[str, Any], result: dict[str, Any], report_dir: Path | N
     result["replay"] = f"qconform replay --backend {shlex.quote(run['backend_arg'])} {shlex.quote(token)}"
 
 
-def _incomplete(runs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Why the report does not cover what its runs set out to run (interrupted runs, missing shards)."""
+def _incomplete(
+    runs: Sequence[Mapping[str, Any]], specs: Sequence[Mapping[str, Any]], results: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """Why the report does not cover what its runs set out to run (interrupted runs, missing shards).
+
+    A shard that no run of its selection ran still counts as covered when complete runs of the same column hold a
+    result for every row it would have run (without ``--where``, whose rows the report cannot tell from their ids):
+    a shard lost to a time limit, run again in pieces (``--spec`` globs with the same ``--shard``), completes the
+    report.
+    """
     reasons = [
         f"run {i} ({run['column']}, {run['command']}) was interrupted"
         for i, run in enumerate(runs)
         if not run["complete"]
     ]
+    done = {(runs[r["run"]]["column"], r["id"]) for r in results if runs[r["run"]]["complete"]}
     sharded: dict[tuple[str, str, str | None, int], set[int]] = {}
     for run in runs:
         if run["shard"] is not None:
             key = (run["column"], run["spec"], run["where"], run["shard"]["count"])
             sharded.setdefault(key, set()).add(run["shard"]["index"])
     for (label, spec, where, count), present in sharded.items():
-        missing = sorted(set(range(1, count + 1)) - present)
+        missing = [
+            i
+            for i in range(1, count + 1)
+            if i not in present and (where is not None or not _rows_done(label, spec, Shard(i, count), specs, done))
+        ]
         if missing:
             scope = f"--spec {spec!r}" + (f" --where {where!r}" if where else "")
             reasons.append(f"{label}, {scope}: shards {', '.join(f'{i}/{count}' for i in missing)} are missing")
     return reasons
+
+
+def _rows_done(
+    column: str, pattern: str, shard: Shard, specs: Sequence[Mapping[str, Any]], done: set[tuple[str, str]]
+) -> bool:
+    """Whether ``column`` has a result from a complete run for every row of ``--spec pattern --shard shard``."""
+    return all(
+        (column, row) in done
+        for spec in specs
+        if fnmatch.fnmatchcase(spec["contract"], pattern)
+        for row in spec["rows"]
+        if shard.holds(row)
+    )
 
 
 def assemble(
@@ -268,7 +295,7 @@ def assemble(
     for r in ordered:
         _replay(runs[r["run"]], r, report_dir)
     counts = Counter(r["status"] for r in ordered)
-    incomplete = _incomplete(runs)
+    incomplete = _incomplete(runs, spec_list, ordered)
     if any(counts[s] for s in BAD_STATUSES):
         verdict = "non-conformant"
     elif incomplete:

@@ -82,6 +82,23 @@ def test_a_missing_shard_leaves_the_report_incomplete(run_report, cli, tmp_path)
     assert "incomplete: subset (cpu), --spec 'decode.*': shards 2/3 are missing" in merged.out
 
 
+def test_a_missing_shard_run_again_in_pieces_completes_the_report(run_report, cli, tmp_path):
+    """Shard 2/3 of ``decode.*`` lost (say to a time limit) and run again as ``decode.fp*`` and ``decode.e8m0`` with
+    the same ``--shard``: every row is there, so the merge is complete; without one piece it is not."""
+    for name, spec, shard in (("s1", SPEC, "1/3"), ("s3", SPEC, "3/3"), ("fp", "decode.fp*", "2/3"),
+                              ("e8m0", "decode.e8m0", "2/3")):  # fmt: skip
+        run_report("reference_subset", tmp_path / name, "--spec", spec, "--isolation", "none", "--shard", shard)
+    pieces = [tmp_path / name / "report.json" for name in ("s1", "s3", "fp", "e8m0")]
+    merged = cli("report", "merge", *pieces, "--report", tmp_path / "m")
+    assert merged.code == 0, merged.out
+    report = json.loads((tmp_path / "m" / "report.json").read_text())
+    assert report["incomplete"] == [] and len(report["results"]) == 12
+    without = cli("report", "merge", *pieces[:3], "--report", tmp_path / "m2")
+    assert without.code == 1
+    report = json.loads((tmp_path / "m2" / "report.json").read_text())
+    assert report["incomplete"] == ["subset (cpu), --spec 'decode.*': shards 2/3 are missing"]
+
+
 def test_two_backends_merge_into_two_columns(run_report, cli, tmp_path):
     for backend in ("reference_subset", "other_subset"):
         run_report(backend, tmp_path / backend, "--spec", "decode.fp8", "--isolation", "none")
