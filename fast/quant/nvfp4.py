@@ -1600,20 +1600,22 @@ pass (H100, bfloat16 8192 x 8192: both 0.298 -> 0.191 ms, 16x16 0.287 -> 0.169, 
 tiles with 2 warps were level for both).  The tile amax pass (row-scaled amax, Hadamard transform) uses the
 same tiles."""
 _BOTH_3 = _BOTH._replace(quantize=_Launch(128, 64, 4, 3))
-"""Both operands in the single kernel, round to nearest from bfloat16 or float16, per-tensor amax, no RHT: 168
-registers in Triton 3.6 (sm_90) since the float16x2 rounding, so 3 programs of 4 warps fit an SM (H100, bfloat16
-8192 x 8192: 0.1851 -> 0.1696 ms); on ragged shapes under a register cap (``_launch_options``' ``resident``: the
-edge tiles' masked copy of the body, see :func:`quantize_tile`).  Also 16 x 16 tiles from 16-bit input with round
-to nearest, with RHT or without (167-168 registers; 0.1562 -> 0.1527 ms, with RHT 0.1996 -> 0.1855).  Float32 inputs,
-row amaxes and RHT in 1x16 blocks take 226-255 registers (2 programs, or ``_BOTH_3_CAPPED``).  ``fast.group``'s
-grouped kernel takes 168 and runs this tiling too: on 8 uneven experts x 7168 (H100, bfloat16) 0.617 ms at 3
-programs against 0.639 ms at 2."""
+"""Both operands in 16 x 16 tiles from 16-bit input with round to nearest, with RHT or without: 167-168 registers
+in Triton 3.6 (sm_90), so 3 programs of 4 warps fit an SM uncapped (H100, bfloat16 8192 x 8192: 0.1562 -> 0.1527 ms,
+with RHT 0.1996 -> 0.1855; with RHT the 168-register cap made it slower, 0.2214).  1x16 blocks in the same 168
+registers since the float16x2 rounding (0.1851 -> 0.1696 ms at 3 programs) take ``_BOTH_3_CAPPED``; ragged shapes
+are capped anyway (``_launch_options``' ``resident``: the edge tiles' masked copy of the body, see
+:func:`quantize_tile`).  Row amaxes and RHT in 1x16 blocks take 226-255 registers (2 programs)."""
 _BOTH_3_CAPPED = _BOTH._replace(quantize=_Launch(128, 64, 4, 3, register_cap=True))
-"""Both operands in 1x16 blocks, per-tensor amax, no RHT, from float32 with round to nearest or from 16-bit input with
-stochastic rounding: 3 programs per SM under the 168-register cap (228 and 193 uncapped; Triton 3.6 for sm_90: no
-spills, and 5 spilled words for stochastic rounding).  H100, 8192 x 8192: float32 0.2526 -> 0.2430 ms, bfloat16
-stochastic 0.2752 -> 0.2417 (3 programs uncapped: 0.2874, 0.3321).  With RHT capped 3 per SM were slower (0.2215 ->
-0.2334, and with stochastic rounding 0.3163 -> 0.3377), so RHT in 1x16 blocks keeps ``_BOTH``."""
+"""Both operands in 1x16 blocks, per-tensor amax, no RHT: 3 programs per SM under the 168-register cap.  From float32
+(228 registers uncapped; Triton 3.6 for sm_90: no spills capped) and with stochastic rounding (193; 5 spilled words)
+the cap is what lets 3 fit (H100, 8192 x 8192: float32 0.2526 -> 0.2430 ms, bfloat16 stochastic 0.2752 -> 0.2417;
+3 programs uncapped: 0.2874, 0.3321); bfloat16 with round to nearest fits uncapped (168) and still gains by it
+(0.1677 -> 0.1659 ms, given amax 0.1140 -> 0.1129; 16 x 16 tiles did not: 0.1526 -> 0.1513, given 0.1055 ->
+0.1065).  With RHT capped 3 per SM were slower (0.2215 -> 0.2334, and with stochastic rounding 0.3163 -> 0.3377), so
+RHT in 1x16 blocks keeps ``_BOTH``, as does stochastic rounding of float32 input (not measured capped).
+``fast.group``'s grouped kernel takes 168 registers and runs this tiling too: on 8 uneven experts x 7168 (H100,
+bfloat16) 0.617 ms at 3 programs against 0.639 ms at 2."""
 _COLUMNWISE = _BOTH._replace(quantize=_Launch(128, 64, 4, 4))
 """The columnwise operand alone: 128 x 64 tiles, 4 warps, 4 programs per SM (128 registers in Triton 3.6 for sm_90
 with a block's 16 rows in a thread, see :func:`_column_tile`; H100, bfloat16 8192 x 8192: 0.1198 ms, 0.1285 with
@@ -1644,9 +1646,9 @@ def _tiling(s: _Settings, device_: torch.device, rows: int, dtype: torch.dtype, 
         tiling = _COLUMNWISE
     elif s.amax_scope == "row":
         tiling = _BOTH
-    elif sixteen_bit and s.rounding == "rne" and (s.block == "16x16" or not s.rht):
+    elif sixteen_bit and s.rounding == "rne" and s.block == "16x16":
         tiling = _BOTH_3
-    elif s.block == "1x16" and not s.rht and (sixteen_bit if s.rounding == "stochastic" else dtype == torch.float32):
+    elif s.block == "1x16" and not s.rht and (sixteen_bit or s.rounding == "rne"):
         tiling = _BOTH_3_CAPPED
     else:
         tiling = _BOTH
