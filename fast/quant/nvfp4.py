@@ -777,9 +777,7 @@ def _amax_tile(
     row_ok = (row0 + r) < M
     col_ok = (col0 + c) < K
     if COLUMNWISE:  # the columnwise kernel's tiles and layout (the Hadamard transform runs along the columns)
-        WHOLE_BLOCKS: tl.constexpr = RHT or not ROWWISE
-        raw = _column_tile(x_ptr, tile, M, K, BM, BK, EVEN, EVICTION, WHOLE_BLOCKS)
-        values = _tile_values(raw, INPUT, BM, BK, WHOLE_BLOCKS)
+        values = _column_values(x_ptr, tile, M, K, INPUT, ROWWISE, RHT, BM, BK, EVEN, EVICTION)
     else:
         pointers = x_ptr + row0.to(tl.int64) * K + (r[:, None] * K + (col0 + c)[None, :])
         if EVEN:
@@ -928,7 +926,7 @@ def _column_tile(
     both with RHT in 16 x 16 tiles 0.2389 -> 0.1997, both with RHT, stochastic 0.3479 -> 0.3164; both without RHT
     slower (0.1678 -> 0.2122: 231 registers, the rowwise block scales computed by 4 threads each), so they keep 8
     rows.  (Other Triton versions may order the axes otherwise: slower, not wrong.)  The permute and reshape of
-    :func:`_tile_values` move no data.
+    :func:`_column_values` move no data.
     """
     tiles_k = tl.cdiv(K, BK)
     row0 = (tl.maximum(tile, 0) // tiles_k) * BM
@@ -957,8 +955,24 @@ def _column_tile(
 
 
 @device
-def _tile_values(raw, INPUT: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, WHOLE_BLOCKS: tl.constexpr):
-    """float32 ``[BM, BK]`` of a tile loaded by :func:`_column_tile`."""
+def _column_values(
+    x_ptr,
+    tile,
+    M,
+    K,
+    INPUT: tl.constexpr,
+    ROWWISE: tl.constexpr,
+    RHT: tl.constexpr,
+    BM: tl.constexpr,
+    BK: tl.constexpr,
+    EVEN: tl.constexpr,
+    EVICTION: tl.constexpr,
+):
+    """float32 ``[BM, BK]`` of tile ``tile`` of ``x`` as the tile kernels (quantize and amax passes) read it: through
+    :func:`_column_tile`'s view with a columnwise block's 16 rows in one thread for the columnwise operand alone and
+    with RHT, else 8."""
+    WHOLE_BLOCKS: tl.constexpr = RHT or not ROWWISE
+    raw = _column_tile(x_ptr, tile, M, K, BM, BK, EVEN, EVICTION, WHOLE_BLOCKS)
     values = float32_bits(raw, INPUT)[1].to(tl.float32, bitcast=True)
     # A constexpr-conditional expression: Triton compiles only the chosen permute (a `return` inside `if` does not
     # stop it from compiling the code after the `if`).
@@ -1161,9 +1175,7 @@ def _operands_tile(
     tiles_k = tl.cdiv(K, BK)
     row0 = (tile // tiles_k) * BM
     col0 = (tile % tiles_k) * BK
-    WHOLE_BLOCKS: tl.constexpr = RHT or not ROWWISE  # see _column_tile
-    raw = _column_tile(x_ptr, tile, M, K, BM, BK, EVEN, "evict_first", WHOLE_BLOCKS)
-    values = _tile_values(raw, INPUT, BM, BK, WHOLE_BLOCKS)
+    values = _column_values(x_ptr, tile, M, K, INPUT, ROWWISE, RHT, BM, BK, EVEN, "evict_first")
     if ROWWISE:
         q, tile_code = _quantize_tile(
             values,
