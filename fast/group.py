@@ -676,7 +676,8 @@ def _nvfp4_grouped(
     n, device = len(shapes), data.device
     rowwise, columnwise = usage != "columnwise", usage != "rowwise"
     settings = _NvSettings(usage, "16x16" if block == "2d" else "1x16", "tensor", False, "rne", "te", "flt_max")
-    launch = _nv_tiling(settings, device, max(m for m, _ in shapes), data.dtype).quantize
+    largest = max(shapes, key=lambda shape: shape[0])
+    launch = _nv_tiling(settings, device, largest, data.dtype, grouped=True).quantize
     rows, cols = launch.rows, launch.cols
     # EVEN: every tile whole (empty members have none)
     if columnwise:

@@ -37,7 +37,8 @@ Two passes over ``x``, the fewest a global amax allows; with ``amax_source="give
    ``BM / 2`` (``BM / 16``) contiguous bytes.  The tile is loaded as a 5-D or 6-D view
    (:func:`_column_tile`) that leaves the two rows of a byte and 8 of a block's 16 rows in one
    thread, or all 16 (the columnwise operand alone, and with RHT).  Programs walk the tiles in
-   reverse, so the tiles the amax pass read last (still in L2) are read first.  The rowwise operand
+   reverse, so the tiles the amax pass read last (still in L2) are read first; with 16 x 16 tiles they
+   load two tiles ahead (``_Launch.stages``, ``cp.async``).  The rowwise operand
    alone takes ``_nvfp4_rowwise_kernel``, which reads ``x`` as words in contiguous 16-byte pieces.
    Each kernel's tile body is a device function, :func:`quantize_tile` and :func:`rowwise_tile`
    (tile, dims, pointers, scale-row strides, the tensor scales' ``p0, p1``), which ``fast.group``'s
@@ -1291,6 +1292,7 @@ def _nvfp4_quantize_kernel(
     EVEN: tl.constexpr,
     SANITIZE: tl.constexpr,
     SAME_AMAX: tl.constexpr,
+    STAGES: tl.constexpr,
 ):
     tiles = tl.cdiv(M, BM) * tl.cdiv(K, BK)
     p0 = tl.full([], 0.0, tl.float32)
@@ -1304,8 +1306,9 @@ def _nvfp4_quantize_kernel(
             t_p0, t_p1 = _operand_scales(
                 columnwise_amax_source_ptr, columnwise_amax_ptr, columnwise_tensor_scale_ptr, RULE
             )
-    # Persistent programs walk the tiles backwards: the amax pass read the last ones last (still in L2).
-    for step in range(tl.program_id(0), tiles, tl.num_programs(0)):
+    # Persistent programs walk the tiles backwards: the amax pass read the last ones last (still in L2).  STAGES > 1:
+    # the tile loads of later steps are issued ahead (_Launch.stages).
+    for step in tl.range(tl.program_id(0), tiles, tl.num_programs(0), num_stages=STAGES):
         quantize_tile(
             x_ptr,
             tiles - 1 - step,
@@ -1583,14 +1586,17 @@ def _nvfp4_rowwise_kernel(
 
 class _Launch(NamedTuple):
     """One kernel's launch shape: tile rows, tile columns (elements; words for the flat amax pass), warps,
-    resident programs per SM, and whether the registers are capped at what keeps them resident (as ragged launches
-    always are, see :func:`_launch_options`)."""
+    resident programs per SM, whether the registers are capped at what keeps them resident (as ragged launches
+    always are, see :func:`_launch_options`), and the quantize kernel's load stages (``tl.range``'s ``num_stages``:
+    with 2 or more, each program's tile loads go ahead ``stages - 1`` tiles through shared memory, ``cp.async`` on
+    sm_90)."""
 
     rows: int
     cols: int
     num_warps: int
     programs_per_sm: int
     register_cap: bool = False
+    stages: int = 1
 
 
 class _Tiling(NamedTuple):
@@ -1615,19 +1621,38 @@ _BOTH_3 = _BOTH._replace(quantize=_Launch(128, 64, 4, 3))
 """Both operands in 16 x 16 tiles from 16-bit input with round to nearest, with RHT or without: 167-168 registers
 in Triton 3.6 (sm_90), so 3 programs of 4 warps fit an SM uncapped (H100, bfloat16 8192 x 8192: 0.1562 -> 0.1527 ms,
 with RHT 0.1996 -> 0.1855; with RHT the 168-register cap made it slower, 0.2214).  1x16 blocks in the same 168
-registers since the float16x2 rounding (0.1851 -> 0.1696 ms at 3 programs) take ``_BOTH_3_CAPPED``; ragged shapes
-are capped anyway (``_launch_options``' ``resident``: the edge tiles' masked copy of the body, see
-:func:`quantize_tile`).  Row amaxes and RHT in 1x16 blocks take 226-255 registers (2 programs)."""
+registers since the float16x2 rounding (0.1851 -> 0.1696 ms at 3 programs) take ``_BOTH_4_CAPPED`` or
+``_BOTH_3_CAPPED``, and whole 16 x 16 tiles without RHT ``_BOTH_PIPELINED``; ragged shapes are capped anyway
+(``_launch_options``' ``resident``: the edge tiles' masked copy of the body, see :func:`quantize_tile`).  Row
+amaxes and RHT in 1x16 blocks take 226-255 registers (2 programs)."""
 _BOTH_3_CAPPED = _BOTH._replace(quantize=_Launch(128, 64, 4, 3, register_cap=True))
 """Both operands in 1x16 blocks, per-tensor amax, no RHT: 3 programs per SM under the 168-register cap.  From float32
 (228 registers uncapped; Triton 3.6 for sm_90: no spills capped) and with stochastic rounding (193; 5 spilled words)
 the cap is what lets 3 fit (H100, 8192 x 8192: float32 0.2526 -> 0.2430 ms, bfloat16 stochastic 0.2752 -> 0.2417;
-3 programs uncapped: 0.2874, 0.3321); bfloat16 with round to nearest fits uncapped (168) and still gains by it
-(0.1677 -> 0.1659 ms, given amax 0.1140 -> 0.1129; 16 x 16 tiles did not: 0.1526 -> 0.1513, given 0.1055 ->
-0.1065).  With RHT capped 3 per SM were slower (0.2215 -> 0.2334, and with stochastic rounding 0.3163 -> 0.3377), so
-RHT in 1x16 blocks keeps ``_BOTH``, as does stochastic rounding of float32 input (not measured capped).
-``fast.group``'s grouped kernel takes 168 registers and runs this tiling too: on 8 uneven experts x 7168 (H100,
-bfloat16) 0.617 ms at 3 programs against 0.639 ms at 2."""
+3 programs uncapped: 0.2874, 0.3321).  16-bit input with round to nearest fits uncapped (168) and gained by the cap
+too (0.1677 -> 0.1659 ms, given amax 0.1140 -> 0.1129; 16 x 16 tiles did not: 0.1526 -> 0.1513, given 0.1055 ->
+0.1065); it keeps this tiling on ragged single shapes only (else ``_BOTH_4_CAPPED``).  With RHT capped 3 per SM
+were slower (0.2215 -> 0.2334, and with stochastic rounding 0.3163 -> 0.3377), so RHT in 1x16 blocks keeps
+``_BOTH``, as does stochastic rounding of float32 input (not measured capped).
+``fast.group``'s grouped kernel takes 168 registers and ran this tiling for 16-bit input before ``_BOTH_4_CAPPED``:
+on 8 uneven experts x 7168 (H100, bfloat16) 0.617 ms at 3 programs against 0.639 ms at 2."""
+_BOTH_4_CAPPED = _BOTH._replace(quantize=_Launch(128, 64, 4, 4, register_cap=True))
+"""Both operands in 1x16 blocks from 16-bit input, round to nearest, per-tensor amax, no RHT, whole 128 x 64 tiles
+(and ``fast.group``'s grouped kernel): 4 programs per SM under the 128-register cap (Triton 3.6 for sm_90: no
+spills, but one spilled word with the ``torchao`` rule's divisions).  With 3 programs the quantize pass stalls on
+its tile loads (ncu, given amax: 0.60 instructions issued a cycle per scheduler, 2.7 active warps of 3); 4 hide
+more of it.  H100, bfloat16: 8192 x 8192 both 0.1658 -> 0.1614 ms, given amax 0.1125 -> 0.1090; [32768, 7168]
+0.5717 -> 0.5611; grouped 8 x [4096, 7168] 0.5773 -> 0.5610, uneven experts 0.6088 -> 0.5942; but a ragged single
+shape (8176 x 8208) 0.2213 -> 0.2345, so ragged single shapes keep ``_BOTH_3_CAPPED`` (64 x 64 tiles on 2 warps at
+8 per SM: 0.1648 ms, 128 x 32: 0.2169; raw in ``docs/bench/2026-11-27b-h100-nvfp4-occupancy.json``)."""
+_BOTH_PIPELINED = _BOTH._replace(quantize=_Launch(128, 64, 4, 2, stages=3))
+"""Both operands in 16 x 16 tiles from 16-bit input, round to nearest, no RHT, whole tiles: 2 programs per SM, each
+loading two tiles ahead (3 stages; 230-232 registers in Triton 3.6 for sm_90).  H100, bfloat16: 8192 x 8192
+0.1533 -> 0.1409 ms, given amax 0.1057 -> 0.1014; [32768, 7168] 0.5762 -> 0.4894, but given amax 0.3993 -> 0.4124
+(2 stages slower, 4 and 5 level or slower; 4 programs under the 128-register cap 0.1759).  Pipelined loads lost
+elsewhere: 1x16 blocks 0.1612 ms (level with ``_BOTH_4_CAPPED``, given amax slower), RHT 0.2149 -> 0.2631,
+stochastic rounding 0.2407 -> 0.2553, the columnwise operand alone 0.1197 -> 0.1738.  Ragged shapes and
+``fast.group``'s grouped kernel (whose loop crosses members) keep ``_BOTH_3``."""
 _COLUMNWISE = _BOTH._replace(quantize=_Launch(128, 64, 4, 4))
 """The columnwise operand alone: 128 x 64 tiles, 4 warps, 4 programs per SM (128 registers in Triton 3.6 for sm_90
 with a block's 16 rows in a thread, see :func:`_column_tile`; H100, bfloat16 8192 x 8192: 0.1198 ms, 0.1285 with
@@ -1644,12 +1669,21 @@ _WIDE_RANDOM = _BOTH._replace(quantize=_Launch(64, 64, 4, 2))
 operands: 255 registers and 1176 bytes of stack on 128 x 64 tiles)."""
 
 
-def _tiling(s: _Settings, device_: torch.device, rows: int, dtype: torch.dtype, wide_random: bool = False) -> _Tiling:
-    """The launch shapes of these settings for inputs of ``rows`` rows and type ``dtype`` on ``device_``
-    (``wide_random``: some random bits are uint32).  Triton's interpreter pays per program, not per element: large
-    CPU inputs take 128-row tiles there (the same code, other constexprs; small inputs keep the GPU's tiles, which
-    the CPU tests check)."""
+def _tiling(
+    s: _Settings,
+    device_: torch.device,
+    shape: tuple[int, int],
+    dtype: torch.dtype,
+    wide_random: bool = False,
+    grouped: bool = False,
+) -> _Tiling:
+    """The launch shapes of these settings for inputs of ``shape`` (the largest member's, ``grouped``: for
+    ``fast.group``'s grouped kernel) and type ``dtype`` on ``device_`` (``wide_random``: some random bits are uint32).
+    Triton's interpreter pays per program, not per element: large CPU inputs take 128-row tiles there (the same code,
+    other constexprs; small inputs keep the GPU's tiles, which the CPU tests check)."""
+    rows, cols = shape
     sixteen_bit = dtype in (torch.bfloat16, torch.float16)
+    whole = rows % _BOTH.quantize.rows == 0 and cols % _BOTH.quantize.cols == 0  # the 128 x 64 tiles
     if not s.columnwise:
         tiling = _ROWWISE_STOCHASTIC if s.rounding == "stochastic" and not wide_random else _ROWWISE
     elif wide_random:
@@ -1659,7 +1693,9 @@ def _tiling(s: _Settings, device_: torch.device, rows: int, dtype: torch.dtype, 
     elif s.amax_scope == "row":
         tiling = _BOTH
     elif sixteen_bit and s.rounding == "rne" and s.block == "16x16":
-        tiling = _BOTH_3
+        tiling = _BOTH_PIPELINED if whole and not s.rht and not grouped else _BOTH_3
+    elif sixteen_bit and s.rounding == "rne" and s.block == "1x16" and not s.rht and (whole or grouped):
+        tiling = _BOTH_4_CAPPED
     elif s.block == "1x16" and not s.rht and (sixteen_bit or s.rounding == "rne"):
         tiling = _BOTH_3_CAPPED
     else:
@@ -1868,6 +1904,7 @@ def _quantize_pass(
         SAME_AMAX=s.amax_source == "computed",
         BM=q.rows,
         BK=q.cols,
+        STAGES=q.stages,
         # Capped: ragged tiles (two copies of the body), and the columnwise operand alone (stochastic rounding takes
         # 159-167 registers uncapped, 128 without spills under the cap of 4 programs; Triton 3.6 for sm_90).
         **_launch_options(x, q, resident=not variant["EVEN"] or not s.rowwise),
@@ -1886,7 +1923,7 @@ def _quantize_triton(
     ``x`` contiguous); ``tiling`` overrides the launch shapes (the benchmarks' sweeps)."""
     out = _outputs(x, s, given)
     wide_random = any(b is not None and b.dtype == torch.uint32 for b in (random_bits, columnwise_random_bits))
-    tiling = tiling or _tiling(s, x.device, x.shape[0], x.dtype, wide_random)
+    tiling = tiling or _tiling(s, x.device, (x.shape[0], x.shape[1]), x.dtype, wide_random)
     with _interpreter_errstate(x):
         if not given:
             _amax_pass(x, s, out, tiling)
