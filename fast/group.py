@@ -601,8 +601,8 @@ def _launch_grouped_amax(
 ) -> None:
     """Each member's ``max|x|`` (NaN ignored) as int32 bits into ``amax_bits[:n]`` (table rows 0 and 1: element
     offsets and cumulative :func:`_amax_chunks`).  The single quantizer's cache policy: with ``kept_bytes``
-    (NVFP4: 60% of L2, for its quantize pass, which reads those tiles first) the last chunks are loaded
-    evict-last and the rest evict-first; without (FP8), every chunk with the default policy."""
+    (NVFP4: 30-45% of L2, ``_kept_bytes``, for its quantize pass, which reads those tiles first) the last chunks are
+    loaded evict-last and the rest evict-first; without (FP8), every chunk with the default policy."""
     block, num_warps, per_sm = AMAX_CHUNK
     sizes = [m * k for m, k in shapes]
     chunks = sum(_amax_chunks(shapes))
@@ -701,7 +701,7 @@ def _nvfp4_grouped(
     dummy = amax_bits
     with quiet_interpreter(device):
         if sum(tiles):
-            _launch_grouped_amax(data, amax_bits, table, members, shapes, 16, _kept_bytes(data))
+            _launch_grouped_amax(data, amax_bits, table, members, shapes, 16, _kept_bytes(data, columnwise))
             words = data if data.storage_offset() % 2 == 0 else data.clone()
             words = words.view({1: torch.int16, 2: torch.int32, 4: torch.int64}[data.element_size()])
             jit(_grouped_nvfp4_kernel)[(_nv_programs(data, sum(tiles), launch.programs_per_sm),)](

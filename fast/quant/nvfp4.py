@@ -21,11 +21,12 @@ Kernels
 Two passes over ``x``, the fewest a global amax allows; with ``amax_source="given"`` only the quantize pass runs
 (one launch, one read of ``x``: its programs read the caller's amaxes and program 0 copies them into the outputs):
 
-1. ``_nvfp4_amax_kernel``: persistent programs keep an elementwise running maximum of ``|x|`` (and,
-   with RHT, of the transformed columnwise operand) with ``max.f32``, which ignores NaN as TE's
-   ``fmaxf`` does (torchao's rules propagate it), reduce it once and ``atomic_max`` its float32 bits
-   (non-negative floats order like their bits; per row or column, per tile, for the row-scaled
-   variant).  The last tiles, about 60% of L2, are loaded evict-last and everything else
+1. ``_nvfp4_tensor_amax_kernel`` (``x`` as a flat array) or ``_nvfp4_amax_kernel`` (tiles: with RHT, the
+   transformed columnwise operand too, or row amaxes): persistent programs keep an elementwise running maximum
+   of ``|x|`` with ``max.f32``, which ignores NaN as TE's ``fmaxf`` does (torchao's rules propagate it), reduce
+   it once and store its float32 bits per program, which the quantize pass reduces, or ``atomic_max`` them
+   (tiles; non-negative floats order like their bits; per row or column, per tile, for the row-scaled
+   variant).  The last tiles, 30-45% of L2 (``_kept_bytes``), are loaded evict-last and everything else
    evict-first, so that the quantize pass, which starts there, finds them in L2.
 2. ``_nvfp4_quantize_kernel``: persistent programs over ``[BM, BK]`` tiles of ``x`` (128 x 64 for both
    operands), each tile read once.  The tensor scales come from the amaxes once per program; the
@@ -442,11 +443,15 @@ def _block_scale(block_amax, p0, p1, RULE: tl.constexpr, ZERO_ENC: tl.constexpr)
 
 
 @device
-def _operand_scales(source_ptr, amax_ptr, tensor_scale_ptr, RULE: tl.constexpr):
-    """``(p0, p1)`` of the per-tensor amax bits at ``source_ptr``; program 0 writes the tensor scale, and the amax
-    bits to ``amax_ptr``: the output's copy of a given amax (no launch of its own: 0.0660 ms for the given-amax
-    rowwise call on the H100, where the kernel alone took 0.0598 under ncu), else the same bits back in place."""
-    bits = tl.load(source_ptr)
+def _operand_scales(source_ptr, n_sources, amax_ptr, tensor_scale_ptr, RULE: tl.constexpr, SOURCES: tl.constexpr):
+    """``(p0, p1)`` of the per-tensor amax: the largest of the ``n_sources`` int32 bit patterns at ``source_ptr``
+    (``SOURCES``, a power of two, at least ``n_sources``; as int32, non-negative floats order like their bits and a
+    NaN's come above Inf's, as with ``atomic_max``): a given amax, or the flat amax pass's per-program maxima.
+    Program 0 writes the tensor scale, and the amax bits to ``amax_ptr``: the output's amax (a given one's copy:
+    no launch of its own, 0.0660 ms for the given-amax rowwise call on the H100, where the kernel alone took 0.0598
+    under ncu), or the same bits back in place after an ``atomic_max`` amax pass."""
+    i = tl.arange(0, SOURCES)
+    bits = tl.max(tl.load(source_ptr + i, mask=i < n_sources, other=0), axis=0)
     tensor_scale, p0, p1 = _global_scales(bits.to(tl.float32, bitcast=True), RULE)
     tl.store(tensor_scale_ptr, tensor_scale, mask=tl.program_id(0) == 0)
     tl.store(amax_ptr, bits, mask=tl.program_id(0) == 0)
@@ -1268,9 +1273,10 @@ def _nvfp4_quantize_kernel(
     columnwise_scales_ptr,
     columnwise_amax_ptr,
     columnwise_tensor_scale_ptr,
-    # where each operand's per-tensor amax bits are read (its amax output, or a given amax)
+    # where each operand's per-tensor amax bits are read (_operand_scales), and how many there are
     amax_source_ptr,
     columnwise_amax_source_ptr,
+    n_sources,
     # sizes
     M,
     K,
@@ -1293,6 +1299,7 @@ def _nvfp4_quantize_kernel(
     SANITIZE: tl.constexpr,
     SAME_AMAX: tl.constexpr,
     STAGES: tl.constexpr,
+    SOURCES: tl.constexpr,
 ):
     tiles = tl.cdiv(M, BM) * tl.cdiv(K, BK)
     p0 = tl.full([], 0.0, tl.float32)
@@ -1301,10 +1308,10 @@ def _nvfp4_quantize_kernel(
     t_p1 = tl.full([], 0.0, tl.float32)
     if not ROW_AMAX:
         if ROWWISE:
-            p0, p1 = _operand_scales(amax_source_ptr, amax_ptr, tensor_scale_ptr, RULE)
+            p0, p1 = _operand_scales(amax_source_ptr, n_sources, amax_ptr, tensor_scale_ptr, RULE, SOURCES)
         if COLUMNWISE:
             t_p0, t_p1 = _operand_scales(
-                columnwise_amax_source_ptr, columnwise_amax_ptr, columnwise_tensor_scale_ptr, RULE
+                columnwise_amax_source_ptr, n_sources, columnwise_amax_ptr, columnwise_tensor_scale_ptr, RULE, SOURCES
             )
     # Persistent programs walk the tiles backwards: the amax pass read the last ones last (still in L2).  STAGES > 1:
     # the tile loads of later steps are issued ahead (_Launch.stages).
@@ -1375,17 +1382,14 @@ def _amax_chunk(
 
 
 def _nvfp4_tensor_amax_kernel(
-    # pointers: the input as words (two elements each), the amax bits of each operand
+    # pointers: the input as words (two elements each), one int32 amax per program
     words_ptr,
-    amax_ptr,
-    columnwise_amax_ptr,
+    partial_ptr,
     # sizes: the input's words, and how many of the last ones to leave in L2 for the quantize pass
     n_words,
     kept_words,
     # variant
     INPUT: tl.constexpr,
-    ROWWISE: tl.constexpr,
-    COLUMNWISE: tl.constexpr,
     RULE: tl.constexpr,
     # tiling
     CHUNK: tl.constexpr,
@@ -1395,7 +1399,9 @@ def _nvfp4_tensor_amax_kernel(
     """Per-tensor amax without the Hadamard transform: x and x.T share it, so x is read as a flat array.
 
     Persistent programs keep elementwise running maxima of ``CHUNK`` words (``max.f32`` ignores NaN as
-    TE's ``fmaxf``; torchao's rules propagate it), reduce them once and ``atomic_max`` the float32 bits.
+    TE's ``fmaxf``; torchao's rules propagate it), reduce them once and store the float32 bits at
+    ``partial_ptr[program]``, which the quantize pass reduces (:func:`_operand_scales`): no zeroed buffer for
+    ``atomic_max``, so no fill kernel before this one (H100, bfloat16 8192 x 8192: 1.0 us and a 1.2 us gap a call).
     """
     chunks = tl.cdiv(n_words, CHUNK)
     first_kept = chunks - kept_words // CHUNK
@@ -1404,11 +1410,7 @@ def _nvfp4_tensor_amax_kernel(
         running = _amax_chunk(words_ptr, n_words, chunk, running, INPUT, RULE, CHUNK, EVEN, SANITIZE, "evict_first")
     for chunk in range(first_kept + tl.program_id(0), chunks, tl.num_programs(0)):
         running = _amax_chunk(words_ptr, n_words, chunk, running, INPUT, RULE, CHUNK, EVEN, SANITIZE, "evict_last")
-    amax = _abs_max(running, 0, RULE, SANITIZE).to(tl.int32, bitcast=True)
-    if ROWWISE:
-        tl.atomic_max(amax_ptr, amax)
-    if COLUMNWISE:
-        tl.atomic_max(columnwise_amax_ptr, amax)
+    tl.store(partial_ptr + tl.program_id(0), _abs_max(running, 0, RULE, SANITIZE).to(tl.int32, bitcast=True))
 
 
 @device
@@ -1525,8 +1527,9 @@ def _nvfp4_rowwise_kernel(
     scales_ptr,
     amax_ptr,
     tensor_scale_ptr,
-    # where the per-tensor amax bits are read (the amax output, or a given amax)
+    # where the per-tensor amax bits are read (_operand_scales), and how many there are
     amax_source_ptr,
+    n_sources,
     # sizes
     M,
     K,
@@ -1544,6 +1547,7 @@ def _nvfp4_rowwise_kernel(
     V: tl.constexpr,
     EVEN: tl.constexpr,
     SANITIZE: tl.constexpr,
+    SOURCES: tl.constexpr,
 ):
     """The rowwise operand alone: persistent programs over tiles of ``BR`` rows by ``NB`` blocks of 16
     (:func:`rowwise_tile`), visited in reverse: the amax pass read the last ones last (still in L2)."""
@@ -1551,7 +1555,7 @@ def _nvfp4_rowwise_kernel(
     p0 = tl.full([], 0.0, tl.float32)
     p1 = tl.full([], 0.0, tl.float32)
     if not ROW_AMAX:
-        p0, p1 = _operand_scales(amax_source_ptr, amax_ptr, tensor_scale_ptr, RULE)
+        p0, p1 = _operand_scales(amax_source_ptr, n_sources, amax_ptr, tensor_scale_ptr, RULE, SOURCES)
     for step in range(tl.program_id(0), tiles, tl.num_programs(0)):
         rowwise_tile(
             words_ptr,
@@ -1707,9 +1711,15 @@ def _tiling(
     return tiling
 
 
+def _tile_amax_pass(s: _Settings) -> bool:
+    """Whether the amax pass is ``_nvfp4_amax_kernel`` over tiles (row amaxes, or the RHT of a columnwise operand),
+    which ``atomic_max``-es into the amax outputs, rather than the flat ``_nvfp4_tensor_amax_kernel``."""
+    return s.amax_scope == "row" or (s.rht and s.columnwise)
+
+
 def _outputs(x: torch.Tensor, s: _Settings, given: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Allocate every output; the amax buffers are int32 zeros (``atomic_max`` of float bit patterns), or, with
-    ``given`` amaxes, left for the quantize kernel to copy them into."""
+    """Allocate every output; the amax buffers are int32 zeros for the tile amax pass (``atomic_max`` of float bit
+    patterns), else left for the quantize kernel to write (the given amaxes, or the flat pass's maximum)."""
     rows, cols = x.shape
     out: dict[str, torch.Tensor] = {}
     amax_sizes = []
@@ -1717,7 +1727,7 @@ def _outputs(x: torch.Tensor, s: _Settings, given: list[torch.Tensor]) -> dict[s
         amax_sizes.append(rows if s.amax_scope == "row" else 1)
     if s.columnwise:
         amax_sizes.append(cols if s.amax_scope == "row" else 1)
-    make = torch.empty if given else torch.zeros
+    make = torch.zeros if _tile_amax_pass(s) and not given else torch.empty
     amax_bits = make(sum(amax_sizes), dtype=torch.int32, device=x.device)
     parts = list(torch.split(amax_bits, amax_sizes))
     for prefix, wanted, shape in (("", s.rowwise, (rows, cols)), ("columnwise_", s.columnwise, (cols, rows))):
@@ -1764,12 +1774,17 @@ def _programs(x: torch.Tensor, tiles: int, per_sm: int) -> int:
     return min(tiles, per_sm * torch.cuda.get_device_properties(x.device).multi_processor_count)
 
 
-def _kept_bytes(x: torch.Tensor) -> int:
-    """How much of the end of ``x`` the amax pass marks evict-last: about 60% of the GPU's L2 (the quantize
-    pass reads it first, before its own writes push it out); none in the interpreter."""
+def _kept_bytes(x: torch.Tensor, columnwise: bool) -> int:
+    """How much of the end of ``x`` the amax pass marks evict-last, for the quantize pass, which reads it first,
+    before its own writes push it out: 45% of the GPU's L2 for the rowwise operand alone, 30% with a columnwise one
+    (none in the interpreter).  H100, bfloat16 8192 x 8192, whole calls at 60 / 45 / 30 / 15 / 0%: rowwise 0.1111 /
+    0.1111 / 0.1118 / 0.1121 / 0.1123 ms, stochastic 0.1366 / 0.1352 / 0.1355 / 0.1356 / 0.1356; both 0.1593 / 0.1577
+    / 0.1570 / 0.1571 / 0.1570, in 16 x 16 tiles 0.1395 / 0.1375 / 0.1368 / 0.1364 / 0.1361, stochastic 0.2368 / 0.2354
+    / 0.2351 / 0.2360 / 0.2361, with RHT 0.2135 / 0.2135 / 0.2129 / 0.2135 / 0.2136; columnwise with RHT 0.1303 /
+    0.1291 / 0.1287 / 0.1287 / 0.1290 (``scratch/kept.py``, ``docs/bench/2026-11-27b-h100-nvfp4-occupancy.json``)."""
     if x.device.type != "cuda":
         return 0
-    return int(0.6 * torch.cuda.get_device_properties(x.device).L2_cache_size)
+    return int((0.3 if columnwise else 0.45) * torch.cuda.get_device_properties(x.device).L2_cache_size)
 
 
 def _as_words(t: torch.Tensor) -> torch.Tensor:
@@ -1788,13 +1803,17 @@ def _kernel_bits(t: torch.Tensor | None, dummy: torch.Tensor) -> torch.Tensor:
     return t.view(torch.int32) if t.dtype == torch.uint32 else t
 
 
-def _amax_pass(x: torch.Tensor, s: _Settings, out: dict[str, torch.Tensor], tiling: _Tiling) -> None:
-    """The first pass: the amax of each operand into ``out``'s int32 amax buffers."""
+def _amax_pass(
+    x: torch.Tensor, s: _Settings, out: dict[str, torch.Tensor], tiling: _Tiling
+) -> tuple[list[torch.Tensor], int]:
+    """The first pass: the amax of each operand into ``out``'s int32 amax buffers (:func:`_tile_amax_pass`), or as
+    per-program maxima of the flat pass.  Returns where the quantize pass reads each operand's amax bits, and how
+    many there are (:func:`_operand_scales`)."""
     rows, cols = x.shape
     dummy = out.get("amax", out.get("columnwise_amax"))
     amax_ptrs = (out.get("amax", dummy), out.get("columnwise_amax", dummy))
     rule = _RULE_IDS[s.scale_rule]
-    if s.amax_scope == "row" or (s.rht and s.columnwise):
+    if _tile_amax_pass(s):
         q = tiling.quantize
         tiles = triton.cdiv(rows, q.rows) * triton.cdiv(cols, q.cols)
         # With RHT the tile pass holds the transform (222 registers for both operands, Triton 3.6 for sm_90): about
@@ -1806,7 +1825,7 @@ def _amax_pass(x: torch.Tensor, s: _Settings, out: dict[str, torch.Tensor], tili
             *amax_ptrs,
             rows,
             cols,
-            min(tiles, _kept_bytes(x) // (q.rows * q.cols * x.element_size())),
+            min(tiles, _kept_bytes(x, s.columnwise) // (q.rows * q.cols * x.element_size())),
             INPUT=_INPUT_DTYPES[x.dtype],
             ROWWISE=s.rowwise,
             COLUMNWISE=s.columnwise,
@@ -1819,25 +1838,26 @@ def _amax_pass(x: torch.Tensor, s: _Settings, out: dict[str, torch.Tensor], tili
             SANITIZE=x.device.type != "cuda",
             **_launch_options(x, q),
         )
-        return
+        return [out[f"{prefix}amax"] for prefix in ("", "columnwise_") if f"{prefix}amax" in out], 1
     a = tiling.amax
     words = _as_words(x)
     n_words = words.numel()
     chunks = triton.cdiv(n_words, a.cols)
-    jit(_nvfp4_tensor_amax_kernel)[(_programs(x, chunks, a.programs_per_sm),)](
+    programs = _programs(x, chunks, a.programs_per_sm)
+    partial = torch.empty(programs, dtype=torch.int32, device=x.device)
+    jit(_nvfp4_tensor_amax_kernel)[(programs,)](
         words,
-        *amax_ptrs,
+        partial,
         n_words,
-        min(chunks, _kept_bytes(x) // (a.cols * words.element_size())) * a.cols,
+        min(chunks, _kept_bytes(x, s.columnwise) // (a.cols * words.element_size())) * a.cols,
         INPUT=_INPUT_DTYPES[x.dtype],
-        ROWWISE=s.rowwise,
-        COLUMNWISE=s.columnwise,
         RULE=rule,
         CHUNK=a.cols,
         EVEN=n_words % a.cols == 0,
         SANITIZE=x.device.type != "cuda",
         **_launch_options(x, a),
     )
+    return [partial] * (s.rowwise + s.columnwise), programs
 
 
 def _quantize_pass(
@@ -1846,16 +1866,14 @@ def _quantize_pass(
     out: dict[str, torch.Tensor],
     random_bits: torch.Tensor | None,
     columnwise_random_bits: torch.Tensor | None,
-    given: list[torch.Tensor],
+    sources: list[torch.Tensor],
+    n_sources: int,
     tiling: _Tiling,
 ) -> None:
-    """The second pass: scales and codes of each operand from the amaxes in ``out``, or from the ``given`` ones
-    (float32 ``[1]`` each, the operands' in order), which the kernel also copies into ``out``."""
+    """The second pass: scales and codes of each operand from the int32 amax bits in ``sources`` (the operands' in
+    order, ``n_sources`` each: :func:`_amax_pass`'s, or the given amaxes), which the kernel writes into ``out``."""
     rows, cols = x.shape
     dummy = out.get("amax", out.get("columnwise_amax"))
-    sources = [amax.detach().view(torch.int32) for amax in given] or [
-        out[f"{prefix}amax"] for prefix in ("", "columnwise_") if f"{prefix}amax" in out
-    ]
     q = tiling.quantize
     variant = {
         "INPUT": _INPUT_DTYPES[x.dtype],
@@ -1867,6 +1885,7 @@ def _quantize_pass(
         "ZERO_ENC": s.zero_scale == "zero",
         "EVEN": rows % q.rows == 0 and cols % q.cols == 0,
         "SANITIZE": x.device.type != "cuda",
+        "SOURCES": triton.next_power_of_2(n_sources),
     }
     if not s.columnwise:
         tiles = triton.cdiv(rows, q.rows) * triton.cdiv(cols // 16, q.cols // 16)
@@ -1878,6 +1897,7 @@ def _quantize_pass(
             out["amax"],
             out["tensor_scale"],
             sources[0],
+            n_sources,
             rows,
             cols,
             **variant,
@@ -1894,6 +1914,7 @@ def _quantize_pass(
         _kernel_bits(columnwise_random_bits, dummy),
         *(out.get(f"{p}{n}", dummy) for p in ("", "columnwise_") for n in ("data", "scales", "amax", "tensor_scale")),
         *(sources if s.rowwise else [dummy, *sources]),
+        n_sources,
         rows,
         cols,
         **variant,
@@ -1925,9 +1946,11 @@ def _quantize_triton(
     wide_random = any(b is not None and b.dtype == torch.uint32 for b in (random_bits, columnwise_random_bits))
     tiling = tiling or _tiling(s, x.device, (x.shape[0], x.shape[1]), x.dtype, wide_random)
     with _interpreter_errstate(x):
-        if not given:
-            _amax_pass(x, s, out, tiling)
-        _quantize_pass(x, s, out, random_bits, columnwise_random_bits, given, tiling)
+        if given:
+            sources, n_sources = [amax.detach().view(torch.int32) for amax in given], 1
+        else:
+            sources, n_sources = _amax_pass(x, s, out, tiling)
+        _quantize_pass(x, s, out, random_bits, columnwise_random_bits, sources, n_sources, tiling)
     for prefix in ("", "columnwise_"):
         if f"{prefix}amax" in out:
             out[f"{prefix}amax"] = out[f"{prefix}amax"].view(torch.float32)
