@@ -198,7 +198,8 @@ def test_grouped_kernels_match_reference(monkeypatch: pytest.MonkeyPatch, recipe
     monkeypatch.setenv(PATH_ENV, "triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setattr(fast.group, "AMAX_CHUNK", (64, 2, 4))  # several amax chunks per member and program
-    monkeypatch.setattr(fast.group, "_kept_bytes", lambda x, columnwise: 3 * 64 * x.element_size())  # NVFP4: 3 evict-last
+    # NVFP4: 3 chunks evict-last
+    monkeypatch.setattr(fast.group, "_kept_bytes", lambda x, columnwise: 3 * 64 * x.element_size())
     n = data.draw(st.integers(1, 9), label="num_members")
     dims = st.lists(st.sampled_from(GROUPED_KERNEL_DIMS[recipe]), min_size=n, max_size=n)
     first_dims, last_dims = data.draw(dims, label="first_dims"), data.draw(dims, label="last_dims")
