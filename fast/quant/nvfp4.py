@@ -1810,10 +1810,9 @@ def _amax_pass(
     per-program maxima of the flat pass.  Returns where the quantize pass reads each operand's amax bits, and how
     many there are (:func:`_operand_scales`)."""
     rows, cols = x.shape
-    dummy = out.get("amax", out.get("columnwise_amax"))
-    amax_ptrs = (out.get("amax", dummy), out.get("columnwise_amax", dummy))
     rule = _RULE_IDS[s.scale_rule]
     if _tile_amax_pass(s):
+        amax = [out[f"{prefix}amax"] for prefix in ("", "columnwise_") if f"{prefix}amax" in out]
         q = tiling.quantize
         tiles = triton.cdiv(rows, q.rows) * triton.cdiv(cols, q.cols)
         # With RHT the tile pass holds the transform (222 registers for both operands, Triton 3.6 for sm_90): about
@@ -1822,7 +1821,8 @@ def _amax_pass(
         per_sm = (2 if s.rowwise else 3) if s.rht and s.columnwise else 8
         jit(_nvfp4_amax_kernel)[(_programs(x, tiles, per_sm),)](
             x,
-            *amax_ptrs,
+            amax[0],
+            amax[-1],
             rows,
             cols,
             min(tiles, _kept_bytes(x, s.columnwise) // (q.rows * q.cols * x.element_size())),
@@ -1838,7 +1838,7 @@ def _amax_pass(
             SANITIZE=x.device.type != "cuda",
             **_launch_options(x, q),
         )
-        return [out[f"{prefix}amax"] for prefix in ("", "columnwise_") if f"{prefix}amax" in out], 1
+        return amax, 1
     a = tiling.amax
     words = _as_words(x)
     n_words = words.numel()
