@@ -847,7 +847,7 @@ def _grouped_mx_kernel(
         col_data_ptr + begin, col_scale_ptr + tl.load(table_ptr + 5 * MEMBERS + member), M, K, K, row_scale_stride,
         col_scale_stride, local // k_tiles, local % k_tiles, FP8, MANTISSA_BITS, BIAS, MAX_CODE, MAX_VALUE,
         SIGN_SHIFT, SIGN_MASK, SUBNORMAL_ADDEND, PACK, EMAX, EVEN_ADD, RULE, EDGES, RCEIL_OPERAND, RCEIL_DIVIDE,
-        ZERO_BITS, ROWWISE, COLUMNWISE, TWO_D, SWIZZLED, INPUT, BLOCK_M, BLOCK_K, EVEN,
+        ZERO_BITS, ROWWISE, COLUMNWISE, TWO_D, SWIZZLED, False, INPUT, BLOCK_M, BLOCK_K, EVEN,
     )  # fmt: skip
 
 

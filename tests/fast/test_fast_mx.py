@@ -109,6 +109,21 @@ def test_every_direction_block_and_layout(
             assert_conforms(got, expected, f"{path} {format} {dtype} {params}")
 
 
+@pytest.mark.parametrize("tile", ["32x128x2", "32x256x8", "32x512x4"])
+def test_staged_row_scales(monkeypatch: pytest.MonkeyPatch, tile: str) -> None:
+    """MXFP8 rowwise + columnwise with compact scales stages the rowwise scales tile by tile and copies them into
+    the compact matrix afterwards: one int32 word a row and tile, two, four, and a ragged last K-tile (384 = 256 +
+    128 columns)."""
+    use_path(monkeypatch, "triton")
+    monkeypatch.setenv("QCONFORM_MX_TILE", tile)
+    for shape in ((96, 384), (64, 1024)):
+        x, values = blocky(shape, seed=2, dtype=torch.bfloat16)
+        params = {"format": "float8_e4m3fn", "scale_rule": "rceil", "usage": "both"}
+        plan = fast_mx_module._plan(x, blocks="1d", scale_layout="compact", edges="te", **params)
+        assert fast_mx_module._stages_row_scales(plan, fast_mx_module._fixed_tile(tile, plan))
+        assert_conforms(mx(x, **params), reference_mx(values.astype(np.float32), **params), f"{tile} {shape}")
+
+
 @pytest.mark.parametrize("path", ["torch", "triton"])
 def test_float32_subnormal_blocks(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
     """float32 subnormals: scale 0 multiplies by 2^127 (2^126 or 1 under torchao 0.18), and rceil's
@@ -397,7 +412,7 @@ def test_cached_launch_repeats_the_first(monkeypatch: pytest.MonkeyPatch, tile: 
     )
     monkeypatch.setattr(fast_mx_module, "_has_fp8_conversion", lambda device: True)
     monkeypatch.setattr(fast_mx_module, "jit", lambda fn: FakeKernel())
-    monkeypatch.setattr(fast_mx_module, "_tuned_kernel", lambda interpret, rows_of_32: FakeKernel())
+    monkeypatch.setattr(fast_mx_module, "_tuned_kernel", lambda interpret, rows_of_32, staged: FakeKernel())
     if tile == "32x256x8":
         monkeypatch.setenv("QCONFORM_MX_TILE", tile)
     else:
