@@ -61,6 +61,7 @@ __all__ = [
     "jit",
     "round_to_code",
     "selected_path",
+    "wait_for_primary",
 ]
 
 PATH_ENV = "QCONFORM_FAST_PATH"
@@ -267,3 +268,11 @@ def fp8_code(value, E5M2: tl.constexpr):
     if E5M2:
         return value.to(tl.float8e5).to(tl.uint8, bitcast=True)
     return value.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+
+
+@device
+def wait_for_primary():
+    """``griddepcontrol.wait`` (sm_90+): in a kernel launched as a programmatic dependent (``launch_pdl``), wait
+    until the kernel before it on the stream has finished and its writes are visible.  The compiled kernel only:
+    the interpreter has no inline assembly."""
+    tl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)

@@ -101,7 +101,7 @@ import torch
 import fast.cast
 import fast.layout
 import fast.pack
-from fast._triton import LaunchCache, device, device_modes, fp8_code, jit, tl, triton
+from fast._triton import LaunchCache, device, device_modes, fp8_code, jit, tl, triton, wait_for_primary
 from fast.layout import swizzled_offset
 
 __all__ = [
@@ -963,29 +963,27 @@ def quantize_tile(
                 _store_col_scales(scale, col_scale_ptr, col, tile_m, col_scale_stride, cols, SWIZZLED, EVEN)
 
 
-def _unstage_row_scales(
+@device
+def unstage_tiles(
     staged_ptr,
     scale_ptr,
     rows,
     words,
     stride,
+    program,
     BLOCK_M: tl.constexpr,
     PER_TILE: tl.constexpr,
     TILES: tl.constexpr,
-    WAIT: tl.constexpr,
 ):
-    """Copy the rowwise scales, as int32 words of 4 scale bytes, from the staging buffer (:func:`_store_row_scales`
-    with ``STAGED``: tile after tile in the grid's order, each tile's ``BLOCK_M`` rows of ``PER_TILE`` words) into
-    the compact matrix (``rows`` rows of ``words`` words, ``stride`` apart).  One program moves ``TILES``
-    consecutive tiles of a band of ``BLOCK_M`` rows: one contiguous load, a permutation through shared memory, rows
-    of ``TILES * PER_TILE`` contiguous words stored.  ``WAIT``: launched as a programmatic
-    dependent of the quantize kernel, wait for it first."""
-    if WAIT:
-        tl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+    """Copy rowwise scales, as int32 words of 4 scale bytes, from a staging buffer (:func:`_store_row_scales` with
+    ``STAGED``: tile after tile in the grid's order, each tile's ``BLOCK_M`` rows of ``PER_TILE`` words) into the
+    compact matrix (``rows`` rows of ``words`` words, ``stride`` apart).  ``program`` moves ``TILES`` consecutive
+    tiles of a band of ``BLOCK_M`` rows: one contiguous load, a permutation through shared memory, rows of ``TILES
+    * PER_TILE`` contiguous words stored.  Also run by ``fast.group``'s grouped copy on each member."""
     tiles_k = tl.cdiv(words, PER_TILE)
     chunks = tl.cdiv(tiles_k, TILES)
-    band = tl.program_id(0) // chunks
-    tile = (tl.program_id(0) - band * chunks) * TILES + tl.arange(0, TILES)[:, None, None]
+    band = program // chunks
+    tile = (program - band * chunks) * TILES + tl.arange(0, TILES)[:, None, None]
     local = tl.arange(0, BLOCK_M)[None, :, None]
     part = tl.arange(0, PER_TILE)[None, None, :]
     word = tile * PER_TILE + part
@@ -998,6 +996,24 @@ def _unstage_row_scales(
         tl.permute(staged, (1, 0, 2)),
         mask=(row < rows) & (word < words),
     )
+
+
+def _unstage_row_scales(
+    staged_ptr,
+    scale_ptr,
+    rows,
+    words,
+    stride,
+    BLOCK_M: tl.constexpr,
+    PER_TILE: tl.constexpr,
+    TILES: tl.constexpr,
+    WAIT: tl.constexpr,
+):
+    """The copy kernel of staged rowwise scales (:func:`unstage_tiles`); ``WAIT``: launched as a programmatic
+    dependent of the quantize kernel, wait for it first."""
+    if WAIT:
+        wait_for_primary()
+    unstage_tiles(staged_ptr, scale_ptr, rows, words, stride, tl.program_id(0), BLOCK_M, PER_TILE, TILES)
 
 
 # %% Tile configurations
@@ -1146,14 +1162,25 @@ def _unstage(staging: torch.Tensor, scale: torch.Tensor, plan: _Plan, per_tile: 
     if not interpret and _UNSTAGE_LAUNCHES.launch(key, args):
         return
     tiles_k = triton.cdiv(words, per_tile // 4)
-    tiles = min(max(_UNSTAGE_BYTES // per_tile, 1), triton.next_power_of_2(tiles_k))
-    dependent = not interpret and torch.cuda.get_device_capability(scale.device) >= (9, 0)
+    tiles = unstaged_tiles(per_tile, tiles_k)
+    dependent = dependent_launch(scale.device)
     meta = {"BLOCK_M": 32, "PER_TILE": per_tile // 4, "TILES": tiles, "WAIT": dependent}
     grid = triton.cdiv(plan.rows, 32) * triton.cdiv(tiles_k, tiles)
     options = {"launch_pdl": True} if dependent else {}
     compiled = jit(_unstage_row_scales)[(grid,)](*args, **meta, num_warps=4, **options)
     if not interpret:
         _UNSTAGE_LAUNCHES.store(key, compiled, grid, meta)
+
+
+def dependent_launch(device_: torch.device) -> bool:
+    """Whether a kernel on ``device_`` can be launched as a programmatic dependent of the one before it
+    (``launch_pdl``, :func:`~fast._triton.wait_for_primary`): compiled, on compute capability 9.0 and later."""
+    return os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.get_device_capability(device_) >= (9, 0)
+
+
+def unstaged_tiles(per_tile: int, tiles_k: int) -> int:
+    """Tiles one program of :func:`unstage_tiles` copies: ``_UNSTAGE_BYTES`` of a row, as few as the row has."""
+    return min(max(_UNSTAGE_BYTES // per_tile, 1), triton.next_power_of_2(tiles_k))
 
 
 def _launch_quantize(

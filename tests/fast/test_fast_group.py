@@ -180,8 +180,9 @@ def test_quantize_triton_kernels_match_reference(monkeypatch: pytest.MonkeyPatch
 
 
 GROUPED_KERNEL_DIMS = {"fp8_tensor": [0, 1, 7, 64, 65, 130], "fp8_block": [0, 1, 7, 64, 65, 130, 256],
-                      "mxfp8": [0, 32, 96, 160, 288], "nvfp4": [0, 16, 48, 144]}  # fmt: skip
-"""Member dims of the grouped kernels' fuzzed cases: empty members, tails of every tile, whole tiles."""
+                      "mxfp8": [0, 32, 96, 128, 160, 288, 384], "nvfp4": [0, 16, 48, 144]}  # fmt: skip
+"""Member dims of the grouped kernels' fuzzed cases: empty members, tails of every tile, whole tiles (MXFP8: Ks that
+are multiples of 128 stage the rowwise scales of both usages)."""
 
 
 @pytest.mark.parametrize(("recipe", "block"), [("fp8_tensor", "none"), ("mxfp8", "1d"), ("mxfp8", "2d"),
@@ -232,6 +233,24 @@ def test_grouped_kernels_on_whole_tiles(
     kwargs = {"num_members": 3, "first_dims": first_dims, "last_dims": last_dims, "recipe": recipe, "block": block,
               "scale_layout": scale_layout, "usage": usage, "x_dtype": "bfloat16"}  # fmt: skip
     assert_matches(quantize(tensor, **kwargs), reference.group.quantize(carrier, **kwargs), str(kwargs))
+
+
+def test_grouped_mxfp8_stages_row_scales(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MXFP8 rowwise + columnwise, compact: the grouped kernel stages the rowwise scales and one copy kernel moves
+    every member's into its padded compact matrix (Ks of 3, 8 and 1 words, an empty member, rows padded to 128)."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv(PATH_ENV, "triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    copies: list[int] = []
+    unstage = fast.group._unstage_mx_row_scales
+    monkeypatch.setattr(fast.group, "_unstage_mx_row_scales", lambda *args: copies.append(1) or unstage(*args))
+    first_dims, last_dims = [96, 0, 32, 160], [384, 128, 1024, 128]
+    total = sum(m * k for m, k in zip(first_dims, last_dims, strict=True))
+    tensor, carrier = special_buffer(total, "bfloat16", seed=5)
+    kwargs = {"num_members": 4, "first_dims": first_dims, "last_dims": last_dims, "recipe": "mxfp8", "block": "1d",
+              "scale_layout": "compact", "usage": "both", "x_dtype": "bfloat16"}  # fmt: skip
+    assert_matches(quantize(tensor, **kwargs), reference.group.quantize(carrier, **kwargs), str(kwargs))
+    assert copies == [1]
 
 
 STACKING = [
