@@ -155,6 +155,10 @@ class LaunchCache:
         runner(*args, *constants)
         return True
 
+    def constant(self, key: Hashable, name: str) -> Any:
+        """The constexpr ``name`` of the launch cached under ``key`` (a tile the autotuner chose, say)."""
+        return self._launches[key][1][self._constexprs.index(name)]
+
     def store(self, key: Hashable, compiled: Any, grid: int, meta: Mapping[str, Any]) -> None:
         """Keep ``compiled`` (what the first launch returned) on a 1-D ``grid`` with the constexprs in ``meta``."""
         if len(self._launches) >= self._max_entries:

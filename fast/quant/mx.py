@@ -1143,8 +1143,6 @@ def _stages_row_scales(plan: _Plan, tile: _Tile | None) -> bool:
     )
 
 
-_LAUNCHED_BLOCK_K: dict[Hashable, int] = {}
-"""The ``BLOCK_K`` of each launch in ``_LAUNCHES`` (the layout of its staged scales)."""
 _UNSTAGE_BYTES = 64
 """Scale bytes along a row that one program of :func:`_unstage_row_scales` copies, at most (two sectors)."""
 _UNSTAGE_LAUNCHES = LaunchCache(_unstage_row_scales, 5)
@@ -1206,7 +1204,7 @@ def _launch_quantize(
     args = (x, row_data, row_scale, col_data, col_scale, plan.rows, plan.cols, data_stride, row_scale_stride,
             col_scale_stride)  # fmt: skip
     if interpret != "1" and _LAUNCHES.launch(key, args):
-        return _LAUNCHED_BLOCK_K[key]
+        return _LAUNCHES.constant(key, "BLOCK_K")
     if x.device.type != "cuda" and interpret != "1":
         raise RuntimeError(
             f"Got {_PATH_ENV}=triton and x on {x.device}, but the Triton kernel runs CPU tensors only in Triton's "
@@ -1239,7 +1237,6 @@ def _launch_quantize(
         meta.update(BLOCK_M=best["BLOCK_M"], BLOCK_K=best["BLOCK_K"])
         meta.update(EVEN=plan.rows % meta["BLOCK_M"] == 0 and plan.cols % meta["BLOCK_K"] == 0)
     _LAUNCHES.store(key, compiled, _grid(plan, meta["BLOCK_M"], meta["BLOCK_K"]), meta)
-    _LAUNCHED_BLOCK_K[key] = meta["BLOCK_K"]
     return meta["BLOCK_K"]
 
 

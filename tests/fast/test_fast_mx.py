@@ -434,6 +434,8 @@ def test_cached_launch_repeats_the_first(monkeypatch: pytest.MonkeyPatch, tile: 
     assert grid == (size, 1, 1) == ((64 // tile_meta["BLOCK_M"]) * (512 // 256), 1, 1)
     assert args[: len(first_args)] == first_args
     assert all(bound[name] == value for name, value in {**meta, **tile_meta}.items() if name != "num_warps")
+    key = (plan, x.dtype, x.device, 0, tile if tile == "32x256x8" else None)
+    assert fast_mx_module._LAUNCHES.constant(key, "BLOCK_K") == tile_meta["BLOCK_K"]  # the staged scales' layout
 
 
 @pytest.mark.parametrize(
