@@ -58,6 +58,7 @@ __all__ = [
     "e8m0_byte",
     "float32_bits",
     "fp8_code",
+    "gluon_jit",
     "jit",
     "round_to_code",
     "selected_path",
@@ -119,17 +120,31 @@ def jit(fn: Callable[..., Any]) -> Any:
     return _jit(fn, os.environ.get("TRITON_INTERPRET"))
 
 
+def gluon_jit(fn: Callable[..., Any]) -> Any:
+    """``gluon.jit(fn)``: a kernel of Gluon, Triton's dialect with explicit layouts (compiled only, no interpreter),
+    with its device functions bound alike (their compiled bodies), so that it shares them with the Triton kernels."""
+    return _jit(fn, _GLUON)
+
+
+_GLUON = "gluon"
+""":func:`_jit`'s mode for :func:`gluon_jit` (the others are values of ``TRITON_INTERPRET``)."""
+
+
 @functools.cache
-def _jit(fn: Callable[..., Any], interpret_env: str | None) -> Any:
+def _jit(fn: Callable[..., Any], mode: str | None) -> Any:
     namespace = dict(fn.__globals__)
     for name in fn.__code__.co_names:
         target = namespace.get(name)
         if getattr(target, _DEVICE_MARK, False):
-            body = getattr(target, _INTERPRETED_MARK, target) if interpret_env == "1" else target
-            namespace[name] = _jit(body, interpret_env)
+            body = getattr(target, _INTERPRETED_MARK, target) if mode == "1" else target
+            namespace[name] = _jit(body, mode)
     bound = types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
     bound.__module__, bound.__qualname__, bound.__doc__ = fn.__module__, fn.__qualname__, fn.__doc__
     bound.__annotations__ = dict(fn.__annotations__)
+    if mode == _GLUON:
+        from triton.experimental import gluon
+
+        return gluon.jit(bound)
     return triton.jit(bound)
 
 
@@ -145,6 +160,10 @@ class LaunchCache:
         self._constexprs = list(inspect.signature(kernel).parameters)[runtime_args:]
         self._max_entries = max_entries
         self._launches: dict[Hashable, tuple[Any, tuple[Any, ...]]] = {}
+
+    def __len__(self) -> int:
+        """How many launches are cached."""
+        return len(self._launches)
 
     def launch(self, key: Hashable, args: Sequence[Any]) -> bool:
         """Launch the kernel cached under ``key`` with the runtime ``args``; ``False`` when none is cached."""

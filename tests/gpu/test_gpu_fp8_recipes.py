@@ -101,6 +101,32 @@ def test_block_matches_reference(dtype: str, block: str, usage: str) -> None:
                 assert_outputs(fp8_block(x, **kwargs), expected, f"{shape} {kwargs} {call}")
 
 
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_block_1x128_both_on_whole_tiles_runs_the_gluon_kernel(dtype: str) -> None:
+    """Where Triton has Gluon, 1x128 both with power-of-two scales on whole tiles is the kernel of
+    ``fast.quant.fp8_blockwise_gluon`` (one more cached launch for a new shape; float32 scales stay on the Triton
+    kernel), with the reference's bytes; the other tests reach it through the same calls."""
+    gluon_module = pytest.importorskip("fast.quant.fp8_blockwise_gluon", exc_type=ImportError)
+    x, carrier = special_input((1408, 896), dtype, seed=7)
+    for format, power_2_scale, epsilon in [
+        ("float8_e4m3fn", True, 0.0),
+        ("float8_e5m2", True, 1e-4),
+        ("float8_e4m3fn", False, 0.0),
+    ]:
+        kwargs = {
+            "format": format,
+            "block": "1x128",
+            "usage": "both",
+            "power_2_scale": power_2_scale,
+            "epsilon": epsilon,
+            "x_dtype": dtype,
+        }
+        cached = len(gluon_module.LAUNCHES)
+        got = fp8_block(x, **kwargs)
+        assert len(gluon_module.LAUNCHES) == cached + power_2_scale
+        assert_outputs(got, reference_quant.fp8_block(carrier, **kwargs), f"{kwargs}")
+
+
 @pytest.mark.parametrize("block", ["1x128", "128x128"])
 def test_block_default_recipe_on_8192_square_bfloat16(block: str) -> None:
     x, carrier = special_input((8192, 8192), "bfloat16", seed=3)
