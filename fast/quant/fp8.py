@@ -15,14 +15,12 @@ Contracts
 
 How the arithmetic is kept exact
 --------------------------------
-- Scales: float32 scales (``fp8_max / amax``) and ``1 / scale`` are computed in float64 and rounded once
-  to float32.  The float64 quotient of two float32 values rounded to float32 is the correctly rounded
-  float32 quotient (double rounding is innocuous for division when the wider format has at least 2p + 2
-  bits, 53 >= 50), so this is TE's ``__fdiv_rn`` / ``__frcp_rn`` without depending on how a float32
-  division is lowered (Triton's float32 ``/`` is ``div.full.f32``, not correctly rounded) and without
-  flushing subnormals (``tl.math.div_rn`` is libdevice's, which Triton links with flush-to-zero:
-  ``1 / FLT_MAX``, a subnormal, would become 0).  A quotient at or above ``2**128 - 2**103`` rounds to
-  Inf; it is detected in float64 and replaced (never converted).  Power-of-two scales, ``bits(fl32(fp8_max
+- Scales: float32 scales (``fp8_max / amax``) and ``1 / scale`` are one correctly rounded float32 division each
+  (``tl.div_rn``, PTX ``div.rn.f32``, which keeps subnormals: ``1 / FLT_MAX`` is one), TE's ``__fdiv_rn`` /
+  ``__frcp_rn``; Triton's float32 ``/`` would be ``div.full.f32``, not correctly rounded.  (Until 2026-11-27 the
+  kernels divided in float64 and rounded once to float32, the same value, since double rounding is innocuous for
+  division when the wider format has at least 2p + 2 bits, 53 >= 50; float32 division takes fewer registers.)
+  A quotient that rounds to Inf is replaced by ``value_for_inf``.  Power-of-two scales, ``bits(fl32(fp8_max
   / amax)) & 0xFF800000``, need no division: their exponent follows from the exponents and mantissas of
   amax and fp8_max (:func:`scale_from_amax`; ``tests/gpu/test_gpu_fp8_recipes.py`` checks it against the
   float64 quotient on all 2**31 non-negative float32 amaxes); their reciprocal is exact with integers.
@@ -230,9 +228,11 @@ def scale_from_amax(amax, epsilon, value_for_inf, FP8_MAX: tl.constexpr, MAX_BIT
         inf_bits = tl.cast(value_for_inf, tl.float32).to(tl.int32, bitcast=True)  # a Python float when interpreted
         scale_bits = tl.where(overflow, inf_bits & -8388608, field << 23)
         return tl.where(one, 1.0, scale_bits.to(tl.float32, bitcast=True))
-    quotient = FP8_MAX / tl.where(one, 1.0, amax).to(tl.float64)
-    finite = quotient < 3.4028235677973366e38
-    scale = tl.where(finite, tl.minimum(quotient, 3.4028234663852886e38).to(tl.float32), value_for_inf)
+    # fl32(FP8_MAX / amax) by one correctly rounded float32 division (``div.rn.f32``); it overflows to Inf exactly
+    # where TE's float32 quotient does.  (``tl.where(c, v, v)``: a tensor of v shaped like c, in Triton and Gluon.)
+    denominator = tl.where(one, 1.0, amax)
+    quotient = tl.div_rn(tl.where(one, FP8_MAX, FP8_MAX), denominator)
+    scale = tl.where(quotient <= 3.4028234663852886e38, quotient, value_for_inf)
     return tl.where(one, 1.0, scale)
 
 
@@ -242,7 +242,7 @@ def reciprocal(scale, POW2: tl.constexpr):
     if POW2:
         exponent = (scale.to(tl.int32, bitcast=True) >> 23) & 0xFF
         return tl.where(exponent < 254, (254 - exponent) << 23, 0x00400000).to(tl.float32, bitcast=True)
-    return (1.0 / scale.to(tl.float64)).to(tl.float32)
+    return tl.div_rn(tl.where(scale == scale, 1.0, 1.0), scale)  # div.rn.f32: ±0 -> ±Inf, Inf -> 0, NaN -> NaN
 
 
 # %% Compute kernels

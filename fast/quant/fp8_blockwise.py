@@ -28,13 +28,14 @@ block amaxes (rows of 128 columns, columns of 128 rows, or the whole 128x128 til
 each copy, and the stores -- the columnwise codes through ``tl.trans``, so that each column block is written
 as one contiguous 128-byte run of ``columnwise_data``.  Tiles that lie inside ``x`` (``EVEN``) load and store
 without masks.  Scales come from ``fast.quant.fp8.scale_from_amax`` (powers of two without a division;
-float32 scales from a float64 quotient) and ``reciprocal``; the codes from ``fast.quant.fp8.fp8_code`` (the
-hardware ``cvt.rn.satfinite`` on CUDA, integer arithmetic in the interpreter: ``fast/quant/fp8.py``).  Bytes
+float32 scales by one correctly rounded float32 division) and ``reciprocal``; the codes from
+``fast.quant.fp8.fp8_code`` (the hardware ``cvt.rn.satfinite`` on CUDA, integer arithmetic in the interpreter:
+``fast/quant/fp8.py``).  Bytes
 moved from HBM: the input once, each copy's codes once, the scales (1/128 or 1/16384 of the elements).
 Tiles and warps come from an H200 sweep at bfloat16 8192x8192 (``TILES``), every candidate checked bit for
-bit against the previous kernel.  On CUDA, 1x128 both with power-of-two scales on whole tiles runs instead
-the Gluon kernel of ``fast.quant.fp8_blockwise_gluon`` (same device functions, same bytes), whose explicit
-layout stores the transposed copy straight from registers (H100, bfloat16 8192x8192: 0.1030 -> 0.1000 ms).
+bit against the previous kernel.  On CUDA, 1x128 both on whole tiles runs instead the Gluon kernel of
+``fast.quant.fp8_blockwise_gluon`` (same device functions, same bytes), whose explicit layout stores the
+transposed copy straight from registers (H100, bfloat16 8192x8192: 0.1030 -> 0.1000 ms).
 After the first call of a shape and recipe, the compiled kernel is launched directly (``_LAUNCHES``), without
 the ``JITFunction``'s per-call host work.
 
@@ -293,11 +294,10 @@ def _triton(x2: torch.Tensor, out: dict[str, torch.Tensor], block: str, usage: s
     )
     if x2.device.type == "cuda" and _LAUNCHES.launch(key, args):
         return
-    whole = m % TILE == 0 and k % TILE == 0
-    if block == "1x128" and usage == "both" and rule["power_2_scale"] and core == 2 and whole:
+    if block == "1x128" and usage == "both" and core == 2 and m % TILE == 0 and k % TILE == 0:
         gluon_kernel = _gluon_kernel()
         if gluon_kernel is not None:  # on CUDA: core 2 is the hardware conversion
-            gluon_kernel.quantize_both(x2, args, key, rule["format"])
+            gluon_kernel.quantize_both(x2, args, key, rule)
             return
     meta = {
         "POW2": rule["power_2_scale"],

@@ -2,8 +2,7 @@
 
 Contract
 --------
-``quant.fp8_block`` with ``block="1x128"``, ``usage="both"`` and power-of-two scales (TE's default),
-exactly as :mod:`fast.quant.fp8_blockwise`
+``quant.fp8_block`` with ``block="1x128"`` and ``usage="both"``, exactly as :mod:`fast.quant.fp8_blockwise`
 (its module docstring gives the contract and the layouts; this kernel writes the same bytes): per 1x128 block
 of a row and per 128x1 block of a column, ``amax = max|x|`` with NaN ignored, ``fast.quant.fp8.scale_from_amax``,
 ``scale_inv = 1 / scale`` and ``satfinite_rne(fl32(x * scale))``; the columnwise codes stored transposed.  The
@@ -28,13 +27,13 @@ bfloat16 8192 x 8192 E4M3 0.1030 -> 0.1000 ms, float16 E5M2 0.1034 -> 0.0994, fl
 bfloat16 [4096, 14336] 0.0914 -> 0.0891, [16384, 2048] 0.0558 -> 0.0526.  122 registers, 2 programs per SM.
 Other layouts (``scratch/gl_fp8b_bench.py``, bfloat16 8192 x 8192): 4 warps (243 registers) 0.1215 ms; 8 warps
 as ``[4, 1, 2]`` 0.1000; threads ``[16, 1, 2]`` 0.1123-0.1151, ``[32, 1, 1]`` 0.1850; 16 warps 0.1396 (0.1023
-capped at 64 registers); caps that fit 3 programs of 8 warps spill (0.141-0.184 ms).  float32 scales (a float64
-quotient per block) take 144 registers, one program per SM: 0.1853 ms against the Triton kernel's 0.1187, so
-they stay there.
+capped at 64 registers); caps that fit 3 programs of 8 warps spill (0.141-0.184 ms).  float32 scales took 144
+registers while ``fast.quant.fp8.scale_from_amax`` divided in float64 (one program per SM: 0.1853 ms against the
+Triton kernel's 0.1187); with its float32 ``div.rn`` they take 125: bfloat16 8192 x 8192 E4M3 0.1024 ms, against
+0.1151 for the Triton kernel with the same division.
 
-Ragged shapes (``M`` or ``K`` not a multiple of 128), float32 scales, every other block and usage, and Triton
-builds without Gluon take the Triton kernel; :mod:`fast.quant.fp8_blockwise` imports this module only for a CUDA
-launch.
+Ragged shapes (``M`` or ``K`` not a multiple of 128), every other block and usage, and Triton builds without Gluon
+take the Triton kernel; :mod:`fast.quant.fp8_blockwise` imports this module only for a CUDA launch.
 """
 
 from __future__ import annotations
@@ -73,10 +72,11 @@ def _fp8_block_both_kernel(
     K,
     SCALE_STRIDE,
     COLUMNWISE_SCALE_STRIDE,
-    # scale rule (power-of-two scales)
+    # scale rule
     epsilon,
     value_for_inf,
     FP8_MAX: gl.constexpr,
+    POW2: gl.constexpr,
     # format (fast.quant.fp8.FORMAT_META) and input width
     MANTISSA_BITS: gl.constexpr,
     BIAS: gl.constexpr,
@@ -102,16 +102,16 @@ def _fp8_block_both_kernel(
     magnitude = gl.abs(value)
     # rowwise 1x128 blocks (max.f32 ignores NaN; the maximum with 0 takes an all-NaN block's NaN to 0)
     row_scale = scale_from_amax(
-        gl.maximum(gl.reduce(magnitude, 2, _maximum), 0.0), epsilon, value_for_inf, FP8_MAX, MAX_BITS, True
+        gl.maximum(gl.reduce(magnitude, 2, _maximum), 0.0), epsilon, value_for_inf, FP8_MAX, MAX_BITS, POW2
     )
     row_code = fp8_code(value * gl.expand_dims(row_scale, 2), MANTISSA_BITS, BIAS, MAX_CODE, MAX_BITS, MAGIC, 2)
     gl.store(data_ptr + tile + offsets, row_code)
-    gl.store(scale_inv_ptr + (col0 // 128) * SCALE_STRIDE + row0 + rows, reciprocal(row_scale, True))
+    gl.store(scale_inv_ptr + (col0 // 128) * SCALE_STRIDE + row0 + rows, reciprocal(row_scale, POW2))
     # columnwise 128x1 blocks, stored transposed: a thread's 4 rows of a column are one word of columnwise_data
     col_amax = gl.maximum(gl.reduce(gl.reduce(magnitude, 1, _maximum), 0, _maximum), 0.0)
-    col_scale = scale_from_amax(col_amax, epsilon, value_for_inf, FP8_MAX, MAX_BITS, True)
+    col_scale = scale_from_amax(col_amax, epsilon, value_for_inf, FP8_MAX, MAX_BITS, POW2)
     gl.store(
-        columnwise_scale_inv_ptr + (row0 // 128) * COLUMNWISE_SCALE_STRIDE + col0 + cols, reciprocal(col_scale, True)
+        columnwise_scale_inv_ptr + (row0 // 128) * COLUMNWISE_SCALE_STRIDE + col0 + cols, reciprocal(col_scale, POW2)
     )
     scaled = gl.convert_layout(value * gl.expand_dims(gl.expand_dims(col_scale, 0), 1), rows_first)
     c_quad = gl.arange(0, 32, layout=gl.SliceLayout(1, gl.SliceLayout(2, rows_first)))
@@ -127,25 +127,25 @@ LAUNCHES = LaunchCache(_fp8_block_both_kernel, 11)
 """Compiled launches, keyed as ``fast.quant.fp8_blockwise``'s (same runtime arguments, first the 11 below)."""
 
 
-def _constexprs(format: str, dtype: torch.dtype) -> dict[str, Any]:
+def _constexprs(format: str, power_2_scale: bool, dtype: torch.dtype) -> dict[str, Any]:
     meta = {name: FORMAT_META[format][name] for name in ("FP8_MAX", "MANTISSA_BITS", "BIAS", "MAX_CODE", "MAX_BITS")}
-    return {**meta, "MAGIC": FORMAT_META[format]["MAGIC"], "INPUT": INPUT_IDS[dtype]}
+    return {**meta, "POW2": power_2_scale, "MAGIC": FORMAT_META[format]["MAGIC"], "INPUT": INPUT_IDS[dtype]}
 
 
-def quantize_both(x2: torch.Tensor, args: tuple[Any, ...], key: Hashable, format: str) -> None:
-    """Launch the kernel on ``x2 [M, K]`` (CUDA, multiples of 128, hardware FP8 conversion, power-of-two scales)
-    with the runtime ``args`` of ``fast.quant.fp8_blockwise``'s kernel: the input, the four outputs, ``M``, ``K``,
-    the two scale strides, ``epsilon`` and ``value_for_inf``."""
+def quantize_both(x2: torch.Tensor, args: tuple[Any, ...], key: Hashable, rule: dict[str, Any]) -> None:
+    """Launch the kernel on ``x2 [M, K]`` (CUDA, multiples of 128, hardware FP8 conversion) with the runtime
+    ``args`` of ``fast.quant.fp8_blockwise``'s kernel (the input, the four outputs, ``M``, ``K``, the two scale
+    strides, ``epsilon`` and ``value_for_inf``) and its ``rule`` (format, power-of-two scales)."""
     if LAUNCHES.launch(key, args):
         return
     m, k = x2.shape
-    meta = _constexprs(format, x2.dtype)
+    meta = _constexprs(rule["format"], rule["power_2_scale"], x2.dtype)
     grid = (m // TILE) * (k // TILE)
     compiled = gluon_jit(_fp8_block_both_kernel)[(grid,)](*args, **meta, num_warps=NUM_WARPS)
     LAUNCHES.store(key, compiled, grid, meta)
 
 
-def sm90_ptx(dtype: str, format: str) -> str:
+def sm90_ptx(dtype: str, format: str, power_2_scale: bool) -> str:
     """The kernel's PTX for sm_90 (an H100) with ``dtype`` input, compiled without a GPU (the CPU tests read it)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import compile as triton_compile
@@ -163,6 +163,8 @@ def sm90_ptx(dtype: str, format: str) -> str:
             signature[name] = x_type if name == "x_ptr" else "*fp32" if "scale" in name else "*u8"
         else:
             signature[name] = "i32"
-    source = GluonASTSource(fn=kernel, signature=signature, constexprs=_constexprs(format, getattr(torch, dtype)))
+    source = GluonASTSource(
+        fn=kernel, signature=signature, constexprs=_constexprs(format, power_2_scale, getattr(torch, dtype))
+    )
     options = {"num_warps": NUM_WARPS, "enable_fp_fusion": True}
     return triton_compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]

@@ -197,17 +197,23 @@ def test_block_kernel(monkeypatch: pytest.MonkeyPatch, block: str, usage: str) -
         assert_outputs(fp8_block(x, **kwargs), reference_quant.fp8_block(carrier, **kwargs))
 
 
-@pytest.mark.parametrize(("dtype", "format"), [("bfloat16", "float8_e4m3fn"), ("float32", "float8_e5m2")])
-def test_gluon_block_kernel_compiles_for_sm90_without_a_shared_memory_transpose(dtype: str, format: str) -> None:
+@pytest.mark.parametrize(("dtype", "format", "power_2_scale"), [("bfloat16", "float8_e4m3fn", True),
+                                                                 ("float32", "float8_e5m2", False)])  # fmt: skip
+def test_gluon_block_kernel_compiles_for_sm90_without_a_shared_memory_transpose(
+    dtype: str, format: str, power_2_scale: bool
+) -> None:
     """The CUDA kernel of 1x128 both on whole tiles (``fast.quant.fp8_blockwise_gluon``) cannot run here (Gluon has
     no interpreter; the GPU tests check its bytes), but it compiles with this Triton for sm_90 (Triton ships
     ptxas), and its PTX shows the design: the hardware conversion, the columnwise codes stored as words, and no byte
     through shared memory.  Compiled in a fresh process: this one's interpreted kernels leave Triton's language
     patched for the interpreter."""
     pytest.importorskip("fast.quant.fp8_blockwise_gluon", exc_type=ImportError)
-    program = "import sys; from fast.quant.fp8_blockwise_gluon import sm90_ptx; print(sm90_ptx(*sys.argv[1:3]))"
+    program = (
+        "import sys; from fast.quant.fp8_blockwise_gluon import sm90_ptx; "
+        "print(sm90_ptx(*sys.argv[1:3], sys.argv[3] == 'True'))"
+    )
     env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    args = [sys.executable, "-c", program, dtype, format]
+    args = [sys.executable, "-c", program, dtype, format, str(power_2_scale)]
     ptx = subprocess.run(args, env=env, capture_output=True, text=True, check=True).stdout
     assert f"cvt.rn.satfinite.{'e4m3' if format == 'float8_e4m3fn' else 'e5m2'}x2.f32" in ptx
     assert "st.global.b32" in ptx  # a thread's four columnwise codes of a column, one word
