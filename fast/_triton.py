@@ -11,7 +11,8 @@ signature and one contract: the decorated one for compiled kernels (hardware ins
 ``interpreted`` one that :func:`jit` binds instead under the interpreter, where those instructions are
 emulated wrongly (Triton 3.9's interpreter mis-rounds float32 -> fp8 casts whose rounding carries into
 the exponent).  Tests check the interpreted body on CPU and the compiled one on the GPU against the
-same reference.
+same reference.  :func:`gluon_jit` binds a Gluon kernel (Triton's dialect with explicit layouts, compiled only:
+Gluon has no interpreter) to the compiled bodies of the same device functions.
 
 Device functions
 ----------------
