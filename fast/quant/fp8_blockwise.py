@@ -30,8 +30,8 @@ as one contiguous 128-byte run of ``columnwise_data``.  Tiles that lie inside ``
 without masks.  Scales come from ``fast.quant.fp8.scale_from_amax`` (powers of two without a division;
 float32 scales by one correctly rounded float32 division) and ``reciprocal``; the codes from
 ``fast.quant.fp8.fp8_code`` (the hardware ``cvt.rn.satfinite`` on CUDA, integer arithmetic in the interpreter:
-``fast/quant/fp8.py``).  Bytes
-moved from HBM: the input once, each copy's codes once, the scales (1/128 or 1/16384 of the elements).
+``fast/quant/fp8.py``).  Bytes moved from HBM: the input once, each copy's codes once, the scales (1/128 or
+1/16384 of the elements).
 Tiles and warps come from an H200 sweep at bfloat16 8192x8192 (``TILES``), every candidate checked bit for
 bit against the previous kernel.  On CUDA, 1x128 both on whole tiles runs instead the Gluon kernel of
 ``fast.quant.fp8_blockwise_gluon`` (same device functions, same bytes), whose explicit layout stores the

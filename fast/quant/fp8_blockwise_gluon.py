@@ -46,10 +46,10 @@ from triton.experimental.gluon import language as gl
 
 from fast._triton import LaunchCache, device, float32_bits, gluon_jit, tl
 from fast.quant.fp8 import FORMAT_META, INPUT_IDS, fp8_code, reciprocal, scale_from_amax
+from fast.quant.fp8_blockwise import TILE
 
 __all__ = ["quantize_both"]
 
-TILE = 128
 NUM_WARPS = 8
 
 
