@@ -46,7 +46,7 @@ from triton.experimental.gluon import language as gl
 
 from fast._triton import LaunchCache, device, float32_bits, gluon_jit, tl
 from fast.quant.fp8 import FORMAT_META, INPUT_IDS, fp8_code, reciprocal, scale_from_amax
-from fast.quant.fp8_blockwise import TILE
+from fast.quant.fp8_blockwise import _RUNTIME_ARGS, TILE
 
 __all__ = ["quantize_both"]
 
@@ -123,13 +123,12 @@ def _fp8_block_both_kernel(
     gl.store(columnwise_ptr + (col0.to(gl.int64) * M + row0) + c_offsets, column_code)
 
 
-LAUNCHES = LaunchCache(_fp8_block_both_kernel, 11)
-"""Compiled launches, keyed as ``fast.quant.fp8_blockwise``'s (same runtime arguments, first the 11 below)."""
+LAUNCHES = LaunchCache(_fp8_block_both_kernel, _RUNTIME_ARGS)
+"""Compiled launches, keyed as ``fast.quant.fp8_blockwise``'s (the same runtime arguments)."""
 
 
 def _constexprs(format: str, power_2_scale: bool, dtype: torch.dtype) -> dict[str, Any]:
-    meta = {name: FORMAT_META[format][name] for name in ("FP8_MAX", "MANTISSA_BITS", "BIAS", "MAX_CODE", "MAX_BITS")}
-    return {**meta, "POW2": power_2_scale, "MAGIC": FORMAT_META[format]["MAGIC"], "INPUT": INPUT_IDS[dtype]}
+    return {**FORMAT_META[format], "POW2": power_2_scale, "INPUT": INPUT_IDS[dtype]}
 
 
 def quantize_both(x2: torch.Tensor, args: tuple[Any, ...], key: Hashable, rule: dict[str, Any]) -> None:
