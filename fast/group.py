@@ -1074,19 +1074,21 @@ def _grouped_nvfp4_kernel(
         rows = m * 16
         cols = k * 16
         scales = scales_ptr + offset * 512
+        # The tile bodies' last two constexprs: one tensor amax for both operands, and no L2 hint on the stores
+        # (fast.quant.nvfp4.quantize_tile's STORE_EVICTION).
         if COLUMNWISE:
             quantize_nvfp4_tile(
                 x_ptr + element, tile - first, rows, cols, p0, p1, p0, p1, amax_bits_ptr, data_ptr + byte, scales,
                 amax_bits_ptr, amax_bits_ptr, amax_bits_ptr, columnwise_data_ptr + byte,
                 columnwise_scales_ptr + columnwise_offset * 512, amax_bits_ptr, amax_bits_ptr,
                 (cols // 16 + 3) // 4 * 4, (rows // 16 + 3) // 4 * 4, INPUT, ROWWISE, True, TILE_2D, False, False, 0,
-                0, 0, 0, False, BM, BK, EVEN, SANITIZE,
+                0, 0, 0, False, BM, BK, EVEN, SANITIZE, True, "",
             )  # fmt: skip
         else:
             rowwise_nvfp4_tile(
                 words_ptr + byte, amax_bits_ptr, tile - first, rows, cols, p0, p1, data_ptr + byte, scales,
                 amax_bits_ptr, amax_bits_ptr, (cols // 16 + 3) // 4 * 4, INPUT, TILE_2D, False, 0, 0, 0, False, BM,
-                BK // 16, V, EVEN, SANITIZE,
+                BK // 16, V, EVEN, SANITIZE, "",
             )  # fmt: skip
 
 

@@ -493,6 +493,7 @@ def _quantize_tile(
     ZERO_ENC: tl.constexpr,
     SANITIZE: tl.constexpr,
     PAIRS: tl.constexpr,
+    STORE_EVICTION: tl.constexpr,
 ):
     """Scales, codes and packed bytes of one ``[BR, BC]`` tile of an ``[n_rows, n_cols]`` operand whose scale rows
     are ``scale_stride`` bytes apart (``n_cols / 16``, or TE's padded ``round_up(n_cols / 16, 4)``).
@@ -532,9 +533,14 @@ def _quantize_tile(
     s = tl.arange(0, BC // 16)
     s_pointers = scales_ptr + row_base * scale_stride + (r[:, None] * scale_stride + (col0 // 16 + s)[None, :])
     if EVEN:
-        tl.store(s_pointers, code.to(tl.uint8))
+        tl.store(s_pointers, code.to(tl.uint8), eviction_policy=STORE_EVICTION)
     else:
-        tl.store(s_pointers, code.to(tl.uint8), mask=row_ok[:, None] & ((col0 // 16 + s) < n_cols // 16)[None, :])
+        tl.store(
+            s_pointers,
+            code.to(tl.uint8),
+            mask=row_ok[:, None] & ((col0 // 16 + s) < n_cols // 16)[None, :],
+            eviction_policy=STORE_EVICTION,
+        )
 
     # Elements.
     scaled = tl.reshape(tl.reshape(values, [BR, BC // 16, 16]) * encode[:, :, None], [BR, BC])
@@ -557,9 +563,14 @@ def _quantize_tile(
     d = tl.arange(0, BC // 2)
     d_pointers = data_ptr + row_base * (n_cols // 2) + (r[:, None] * (n_cols // 2) + (col0 // 2 + d)[None, :])
     if EVEN:
-        tl.store(d_pointers, packed)
+        tl.store(d_pointers, packed, eviction_policy=STORE_EVICTION)
     else:
-        tl.store(d_pointers, packed, mask=row_ok[:, None] & ((col0 // 2 + d) < n_cols // 2)[None, :])
+        tl.store(
+            d_pointers,
+            packed,
+            mask=row_ok[:, None] & ((col0 // 2 + d) < n_cols // 2)[None, :],
+            eviction_policy=STORE_EVICTION,
+        )
     return q, tile_code
 
 
@@ -648,6 +659,7 @@ def _quantize_columns(
     RULE: tl.constexpr,
     ZERO_ENC: tl.constexpr,
     SANITIZE: tl.constexpr,
+    STORE_EVICTION: tl.constexpr,
 ):
     """Scales, codes and packed bytes of the columnwise operand ``x.T`` from one ``[BM, BK]`` tile of ``x``.
 
@@ -687,7 +699,23 @@ def _quantize_columns(
         else:
             random = tl.load(e_pointers, mask=col_ok[None, :] & ((row0 + r) < M)[:, None], other=0)
         q = _e2m1_stochastic(scaled, random.to(tl.int32), RANDOM_BITS)
-    _store_columns(q, code, row0, col0, M, K, scale_stride, data_ptr, scales_ptr, BM, BK, EVEN, ALIGNED, ROUNDING == 0)
+    _store_columns(
+        q,
+        code,
+        row0,
+        col0,
+        M,
+        K,
+        scale_stride,
+        data_ptr,
+        scales_ptr,
+        BM,
+        BK,
+        EVEN,
+        ALIGNED,
+        ROUNDING == 0,
+        STORE_EVICTION,
+    )
 
 
 @device
@@ -706,6 +734,7 @@ def _store_columns(
     EVEN: tl.constexpr,
     ALIGNED: tl.constexpr,
     PAIRS: tl.constexpr,
+    STORE_EVICTION: tl.constexpr,
 ):
     """Store the columnwise operand of one ``[BM, BK]`` tile of ``x``: E2M1 codes of ``q [BM, BK]`` as bytes of row
     pairs into ``[K, M / 2]``, E4M3 codes ``[BM / 16, BK]`` into ``[K, M / 16]`` with rows ``scale_stride`` bytes
@@ -724,9 +753,14 @@ def _store_columns(
     s_row = tl.multiple_of(row0 // 16, BM // 16)
     s_pointers = scales_ptr + col_base * s_stride + (c[None, :] * s_stride + (s_row + g)[:, None])
     if EVEN:
-        tl.store(s_pointers, code.to(tl.uint8))
+        tl.store(s_pointers, code.to(tl.uint8), eviction_policy=STORE_EVICTION)
     else:
-        tl.store(s_pointers, code.to(tl.uint8), mask=col_ok[None, :] & ((row0 // 16 + g) < M // 16)[:, None])
+        tl.store(
+            s_pointers,
+            code.to(tl.uint8),
+            mask=col_ok[None, :] & ((row0 // 16 + g) < M // 16)[:, None],
+            eviction_policy=STORE_EVICTION,
+        )
     if PAIRS:
         # Rows 2i and 2i + 1 make byte i: integer sums over an axis of 2 pick them out (no split, which would need
         # a layout with the pair in one thread; the sums keep the tile's, and x + 0 is x).
@@ -744,9 +778,14 @@ def _store_columns(
     d_row = tl.multiple_of(row0 // 2, BM // 2)
     d_pointers = data_ptr + col_base * d_stride + (c[None, :] * d_stride + (d_row + j)[:, None])
     if EVEN:
-        tl.store(d_pointers, packed)
+        tl.store(d_pointers, packed, eviction_policy=STORE_EVICTION)
     else:
-        tl.store(d_pointers, packed, mask=col_ok[None, :] & ((row0 // 2 + j) < M // 2)[:, None])
+        tl.store(
+            d_pointers,
+            packed,
+            mask=col_ok[None, :] & ((row0 // 2 + j) < M // 2)[:, None],
+            eviction_policy=STORE_EVICTION,
+        )
 
 
 # %% Compute kernels
@@ -1029,7 +1068,8 @@ def quantize_tile(
     BK: tl.constexpr,
     EVEN: tl.constexpr,
     SANITIZE: tl.constexpr,
-    SAME_AMAX: tl.constexpr = True,
+    SAME_AMAX: tl.constexpr,
+    STORE_EVICTION: tl.constexpr,
 ):
     """Both operands (or the columnwise one) of tile ``tile`` of ``x [M, K]``: the quantize kernel's tile body,
     also run by ``fast.group``'s grouped kernel on each member's tiles (pointers at the member, its padded
@@ -1042,7 +1082,12 @@ def quantize_tile(
     separate copy of the body, since masks chosen by branches inside it held both variants' values at once (167 ->
     226 registers, Triton 3.6 for sm_90).  H100, bfloat16, 8 uneven experts x 7168 (``fast.group``): 0.729 ->
     0.613 ms.  The other variants take 226-255 registers already and were slower with the copy (float32 [32752,
-    7168] both: 0.909 -> 0.935 ms; RHT spilled more), so their ragged operands keep masks on every tile."""
+    7168] both: 0.909 -> 0.935 ms; RHT spilled more), so their ragged operands keep masks on every tile.
+
+    ``STORE_EVICTION``: the L2 eviction hint of the data and scale stores: the single kernels' is
+    :func:`_store_eviction`'s; ``fast.group``'s grouped kernel passes none (both operands of 8 x [4096, 7168] took
+    0.5585 -> 0.5743 ms with ``evict_first``).  The same hint on the MX, FP8 blockwise and FP8 current-scaling kernels
+    was 0 to 2% slower (H100, bfloat16 8192 x 8192); they store without one."""
     whole = EVEN
     if not EVEN and INPUT != 0 and ROUNDING == 0 and not ROW_AMAX and not RHT:
         tiles_k = tl.cdiv(K, BK)
@@ -1086,6 +1131,7 @@ def quantize_tile(
             EVEN,
             SANITIZE,
             SAME_AMAX,
+            STORE_EVICTION,
         )
     else:
         _operands_tile(
@@ -1126,6 +1172,7 @@ def quantize_tile(
             False,
             SANITIZE,
             SAME_AMAX,
+            STORE_EVICTION,
         )
 
 
@@ -1174,6 +1221,7 @@ def _operands_tile(
     ALIGNED: tl.constexpr,
     SANITIZE: tl.constexpr,
     SAME_AMAX: tl.constexpr,
+    STORE_EVICTION: tl.constexpr,
 ):
     """:func:`quantize_tile`'s body: ``EVEN``, the tile is whole (no masks); ``ALIGNED``, every tile is (strides are
     multiples of the tile)."""
@@ -1208,6 +1256,7 @@ def _operands_tile(
             ZERO_ENC,
             SANITIZE,
             not SHARED,
+            STORE_EVICTION,
         )
     if COLUMNWISE and SHARED:
         # 16 x 16 tiles, no RHT, round to nearest: x.T has the same tile scales and codes as x (transposed).
@@ -1227,6 +1276,7 @@ def _operands_tile(
             EVEN,
             ALIGNED,
             False,
+            STORE_EVICTION,
         )
     elif COLUMNWISE:
         t_values = values
@@ -1257,6 +1307,7 @@ def _operands_tile(
             RULE,
             ZERO_ENC,
             SANITIZE,
+            STORE_EVICTION,
         )
 
 
@@ -1300,6 +1351,7 @@ def _nvfp4_quantize_kernel(
     SAME_AMAX: tl.constexpr,
     STAGES: tl.constexpr,
     SOURCES: tl.constexpr,
+    STORE_EVICTION: tl.constexpr,
 ):
     tiles = tl.cdiv(M, BM) * tl.cdiv(K, BK)
     p0 = tl.full([], 0.0, tl.float32)
@@ -1353,6 +1405,7 @@ def _nvfp4_quantize_kernel(
             EVEN,
             SANITIZE,
             SAME_AMAX,
+            STORE_EVICTION,
         )
 
 
@@ -1445,6 +1498,7 @@ def rowwise_tile(
     V: tl.constexpr,
     EVEN: tl.constexpr,
     SANITIZE: tl.constexpr,
+    STORE_EVICTION: tl.constexpr,
 ):
     """The rowwise operand of one tile of ``BR`` rows by ``NB`` blocks of 16: the rowwise kernel's tile body, also
     run by ``fast.group``'s grouped kernel on each member's tiles (pointers at the member, its padded scale
@@ -1457,7 +1511,8 @@ def rowwise_tile(
     block's ``8 / V`` pieces sit in neighbouring threads, which exchange their maxima by shuffles and
     each compute the block's scales.  (One thread per block, with the pieces as the outer axis, needs no
     shuffle but makes every warp load touch twice the cache lines: 0.103 ms against 0.092 ms for the
-    whole call at the same tiles, bfloat16 8192 x 8192 on the H200.)
+    whole call at the same tiles, bfloat16 8192 x 8192 on the H200.)  ``STORE_EVICTION``: the L2 hint of the
+    data and scale stores, as :func:`quantize_tile`'s.
     """
     KW = K // 2
     KB = K // 16
@@ -1496,9 +1551,9 @@ def rowwise_tile(
         code, encode = _block_scale(blocks, p0, p1, RULE, ZERO_ENC)
     s_pointers = scales_ptr + row0.to(tl.int64) * scale_stride + (r[:, None] * scale_stride + (blk0 + b)[None, :])
     if EVEN:
-        tl.store(s_pointers, code.to(tl.uint8))
+        tl.store(s_pointers, code.to(tl.uint8), eviction_policy=STORE_EVICTION)
     else:
-        tl.store(s_pointers, code.to(tl.uint8), mask=ok)
+        tl.store(s_pointers, code.to(tl.uint8), mask=ok, eviction_policy=STORE_EVICTION)
 
     # Elements: codes of fl32(v * enc), two per byte.
     enc = encode[:, :, None, None]
@@ -1514,9 +1569,14 @@ def rowwise_tile(
         q_hi = _e2m1_stochastic(hi * enc, r_hi, RANDOM_BITS)
         packed = (q_lo + (q_hi << 4)).to(tl.uint8)
     if EVEN:
-        tl.store(data_ptr + row_base + offsets, packed.to(tl.uint8))
+        tl.store(data_ptr + row_base + offsets, packed.to(tl.uint8), eviction_policy=STORE_EVICTION)
     else:
-        tl.store(data_ptr + row_base + offsets, packed.to(tl.uint8), mask=ok[:, :, None, None])
+        tl.store(
+            data_ptr + row_base + offsets,
+            packed.to(tl.uint8),
+            mask=ok[:, :, None, None],
+            eviction_policy=STORE_EVICTION,
+        )
 
 
 def _nvfp4_rowwise_kernel(
@@ -1548,6 +1608,7 @@ def _nvfp4_rowwise_kernel(
     EVEN: tl.constexpr,
     SANITIZE: tl.constexpr,
     SOURCES: tl.constexpr,
+    STORE_EVICTION: tl.constexpr,
 ):
     """The rowwise operand alone: persistent programs over tiles of ``BR`` rows by ``NB`` blocks of 16
     (:func:`rowwise_tile`), visited in reverse: the amax pass read the last ones last (still in L2)."""
@@ -1582,6 +1643,7 @@ def _nvfp4_rowwise_kernel(
             V,
             EVEN,
             SANITIZE,
+            STORE_EVICTION,
         )
 
 
@@ -1787,6 +1849,21 @@ def _kept_bytes(x: torch.Tensor, columnwise: bool) -> int:
     return int((0.3 if columnwise else 0.45) * torch.cuda.get_device_properties(x.device).L2_cache_size)
 
 
+def _store_eviction(x: torch.Tensor, s: _Settings) -> str:
+    """The L2 hint of the quantize kernels' data and scale stores (:func:`quantize_tile`): ``evict_first`` with a
+    given amax, with RHT, or when ``x`` is at most 4 times the GPU's L2, so that the written bytes leave L2 before
+    the input the amax pass kept there; else none.  H100, bfloat16, without against with the hint (best of two
+    processes each, the same bytes): 8192 x 8192 rowwise 0.1081 -> 0.1039 ms, columnwise 0.1161 -> 0.1118, both
+    0.1552 -> 0.1531, both with RHT 0.2135 -> 0.2080, given amax both 0.1085 -> 0.1041, both in 16 x 16 tiles
+    0.1342 -> 0.1345; [32768, 7168] (4.5 x the L2): given amax both 0.4070 -> 0.3789, both with RHT 0.7194 ->
+    0.7139, but computed amax rowwise 0.3783 -> 0.3798, columnwise 0.4174 -> 0.4215, both 0.5536 -> 0.5668
+    (scripts and raw figures in ``docs/bench/2026-11-27f-h100/store-hint/``)."""
+    if x.device.type != "cuda":
+        return ""
+    small = x.numel() * x.element_size() <= 4 * torch.cuda.get_device_properties(x.device).L2_cache_size
+    return "evict_first" if s.amax_source == "given" or s.rht or small else ""
+
+
 def _as_words(t: torch.Tensor) -> torch.Tensor:
     """A contiguous ``[R, C]`` tensor of 1-, 2- or 4-byte elements as ``[R, C / 2]`` words holding two each
     (int16, int32 or int64), element ``2i`` in the low half (little-endian)."""
@@ -1886,6 +1963,7 @@ def _quantize_pass(
         "EVEN": rows % q.rows == 0 and cols % q.cols == 0,
         "SANITIZE": x.device.type != "cuda",
         "SOURCES": triton.next_power_of_2(n_sources),
+        "STORE_EVICTION": _store_eviction(x, s),
     }
     if not s.columnwise:
         tiles = triton.cdiv(rows, q.rows) * triton.cdiv(cols // 16, q.cols // 16)
