@@ -1,5 +1,8 @@
-import importlib, sys
+import importlib
+import sys
+
 import torch
+
 nv = importlib.import_module("fast.quant.nvfp4")
 x = (torch.randn(8192, 8192, device="cuda") * 4).to(torch.bfloat16)
 amax = x.abs().max().float().reshape(1)
