@@ -1850,14 +1850,15 @@ def _kept_bytes(x: torch.Tensor, columnwise: bool) -> int:
 
 
 def _store_eviction(x: torch.Tensor, s: _Settings) -> str:
-    """The L2 hint of the quantize kernels' data and scale stores (:func:`quantize_tile`): ``evict_first`` with a
-    given amax, with RHT, or when ``x`` is at most 4 times the GPU's L2, so that the written bytes leave L2 before
-    the input the amax pass kept there; else none.  H100, bfloat16, without against with the hint (best of two
-    processes each, the same bytes): 8192 x 8192 rowwise 0.1081 -> 0.1039 ms, columnwise 0.1161 -> 0.1118, both
-    0.1552 -> 0.1531, both with RHT 0.2135 -> 0.2080, given amax both 0.1085 -> 0.1041, both in 16 x 16 tiles
-    0.1342 -> 0.1345; [32768, 7168] (4.5 x the L2): given amax both 0.4070 -> 0.3789, both with RHT 0.7194 ->
-    0.7139, but computed amax rowwise 0.3783 -> 0.3798, columnwise 0.4174 -> 0.4215, both 0.5536 -> 0.5668
-    (scripts and raw figures in ``docs/bench/2026-11-27f-h100/store-hint/``)."""
+    """The L2 hint of the quantize kernels' data and scale stores (:func:`quantize_tile`): ``evict_first`` (the
+    written bytes leave L2 first; after a computed amax, before the input the amax pass kept there) with a given
+    amax, with RHT, or when ``x`` is at most 4 times the GPU's L2; else none, which was faster for a computed amax
+    on larger inputs.  H100, bfloat16, without against with the hint (best of two processes each, the same
+    bytes): 8192 x 8192 rowwise 0.1081 -> 0.1039 ms, columnwise 0.1161 -> 0.1118, both 0.1552 -> 0.1531, both
+    with RHT 0.2135 -> 0.2080, given amax both 0.1085 -> 0.1041, both in 16 x 16 tiles 0.1342 -> 0.1345; [32768,
+    7168] (4.5 x the L2): given amax both 0.4070 -> 0.3789, both with RHT 0.7194 -> 0.7139, but computed amax
+    rowwise 0.3783 -> 0.3798, columnwise 0.4174 -> 0.4215, both 0.5536 -> 0.5668 (scripts and raw figures in
+    ``docs/bench/2026-11-27f-h100/store-hint/``)."""
     if x.device.type != "cuda":
         return ""
     small = x.numel() * x.element_size() <= 4 * torch.cuda.get_device_properties(x.device).L2_cache_size
