@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -454,3 +458,71 @@ def test_unknown_path(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_bad_arguments(call: Callable[[], object], error: type[Exception], fragment: str) -> None:
     with pytest.raises(error, match=fragment.replace("(", r"\(").replace(")", r"\)")):
         call()
+
+
+_STORES_PROGRAM = """
+import importlib, json, re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from fast._triton import jit
+
+for module, name, settings in json.loads(sys.argv[1]):
+    kernel = jit(getattr(importlib.import_module(module), name))
+    signature, constexprs = {}, {}
+    for index, arg in enumerate(kernel.arg_names):
+        if index in kernel.constexprs:
+            signature[arg], constexprs[arg] = "constexpr", settings[arg]
+        else:
+            signature[arg] = settings.get(arg, "*u8" if arg.endswith("_ptr") else "i32")
+    source = triton.compiler.ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
+    ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
+    print(json.dumps(re.findall(r"st[.]global[.][a-zA-Z0-9_.:]*", ptx)))
+"""
+
+
+def test_single_kernels_hint_their_stores_evict_first_and_the_grouped_kernel_does_not() -> None:
+    """``STORE_EVICTION`` reaches the stores (``fast.quant.nvfp4._store_eviction``; H100 figures in its docstring):
+    the single quantize and rowwise kernels compiled for sm_90 with ``evict_first`` store their codes and scales with
+    the L2 hint, with none without it, and ``fast.group``'s grouped kernel stores without one.  Compiled in a fresh
+    process: this one's interpreted kernels leave Triton's language patched for the interpreter."""
+    pytest.importorskip("triton")
+    words = {"words_ptr": "*i32", "random_ptr": "*i32", "amax_ptr": "*i32", "amax_source_ptr": "*i32"}
+    operands = {
+        "x_ptr": "*bf16", "amax_ptr": "*i32", "columnwise_amax_ptr": "*i32", "amax_source_ptr": "*i32",
+        "columnwise_amax_source_ptr": "*i32", "INPUT": 1, "ROWWISE": False, "COLUMNWISE": True, "TILE_2D": False,
+        "ROW_AMAX": False, "RHT": False, "ROUNDING": 0, "RANDOM_BITS": 0, "COLUMNWISE_RANDOM_BITS": 0, "RULE": 0,
+        "ZERO_ENC": False, "BM": 128, "BK": 64, "EVEN": True, "SANITIZE": False, "SAME_AMAX": True, "STAGES": 1,
+        "SOURCES": 1024,
+    }  # fmt: skip
+    rowwise = {
+        **words, "INPUT": 1, "TILE_2D": False, "ROW_AMAX": False, "ROUNDING": 0, "RANDOM_BITS": 0, "RULE": 0,
+        "ZERO_ENC": False, "BR": 2, "NB": 128, "V": 4, "EVEN": True, "SANITIZE": False, "SOURCES": 1024,
+    }  # fmt: skip
+    grouped = {
+        "x_ptr": "*bf16", "words_ptr": "*i32", "amax_bits_ptr": "*i32", "table_ptr": "*i64", "INPUT": 1,
+        "ROWWISE": True, "COLUMNWISE": True, "TILE_2D": False, "BM": 128, "BK": 64, "V": 4, "EVEN": True,
+        "SANITIZE": False, "MEMBERS": 16,
+    }  # fmt: skip
+    kernels = [
+        ("fast.quant.nvfp4", "_nvfp4_quantize_kernel", {**operands, "ROWWISE": both, "STORE_EVICTION": eviction})
+        for both in (False, True)
+        for eviction in ("evict_first", "")
+    ]
+    kernels += [
+        ("fast.quant.nvfp4", "_nvfp4_rowwise_kernel", {**rowwise, "STORE_EVICTION": "evict_first"}),
+        ("fast.group", "_grouped_nvfp4_kernel", grouped),
+    ]
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    args = [sys.executable, "-c", _STORES_PROGRAM, json.dumps(kernels)]
+    lines = subprocess.run(args, env=env, capture_output=True, text=True, check=True).stdout.splitlines()
+
+    def hinted(stores: list[str]) -> int:
+        return sum("L1::evict_first" in store for store in stores)
+
+    stores = [json.loads(line) for line in lines[-6:]]
+    # every code and scale store, all but program 0's per-tensor scale and amax words (2 an operand)
+    for operands_, (evicting, plain) in ((1, stores[0:2]), (2, stores[2:4])):
+        assert hinted(evicting) == len(evicting) - 2 * operands_ > 0
+        assert hinted(plain) == 0 and len(plain) == len(evicting)
+    assert hinted(stores[4]) == len(stores[4]) - 2 > 0
+    assert stores[5] and hinted(stores[5]) == 0
