@@ -700,22 +700,9 @@ def _quantize_columns(
             random = tl.load(e_pointers, mask=col_ok[None, :] & ((row0 + r) < M)[:, None], other=0)
         q = _e2m1_stochastic(scaled, random.to(tl.int32), RANDOM_BITS)
     _store_columns(
-        q,
-        code,
-        row0,
-        col0,
-        M,
-        K,
-        scale_stride,
-        data_ptr,
-        scales_ptr,
-        BM,
-        BK,
-        EVEN,
-        ALIGNED,
-        ROUNDING == 0,
+        q, code, row0, col0, M, K, scale_stride, data_ptr, scales_ptr, BM, BK, EVEN, ALIGNED, ROUNDING == 0,
         STORE_EVICTION,
-    )
+    )  # fmt: skip
 
 
 @device
