@@ -40,7 +40,10 @@ Two passes over ``x``, the fewest a global amax allows; with ``amax_source="give
    thread, or all 16 (the columnwise operand alone, and with RHT).  Programs walk the tiles in
    reverse, so the tiles the amax pass read last (still in L2) are read first; with 16 x 16 tiles they
    load two tiles ahead (``_Launch.stages``, ``cp.async``).  The rowwise operand
-   alone takes ``_nvfp4_rowwise_kernel``, which reads ``x`` as words in contiguous 16-byte pieces.
+   alone takes ``_nvfp4_rowwise_kernel``, which reads ``x`` as words in contiguous 16-byte pieces; the
+   columnwise operand alone, from 16-bit input on whole tiles with round to nearest (:func:`_gluon_columnwise`),
+   takes the Gluon kernel of ``fast.quant.nvfp4_gluon``, which stores the transposed codes and scales in wider
+   pieces than this kernel can.
    Each kernel's tile body is a device function, :func:`quantize_tile` and :func:`rowwise_tile`
    (tile, dims, pointers, scale-row strides, the tensor scales' ``p0, p1``), which ``fast.group``'s
    grouped kernel runs on every member's tiles.
@@ -72,6 +75,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
+import types
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -325,8 +329,10 @@ def _reciprocal(d):
 
 @device
 def _full_like(t, value):
-    """A float32 tensor of ``t``'s shape filled with ``value`` (``t * 0 + value`` would turn Inf into NaN)."""
-    return tl.full(t.shape, value, tl.float32)
+    """A float32 tensor of ``t``'s shape filled with ``value`` (``t * 0 + value`` would turn Inf into NaN).  A select of
+    ``value`` either way, rather than ``tl.full``: it takes ``t``'s layout in a Gluon kernel too
+    (``fast.quant.nvfp4_gluon``), where ``tl.full`` has none; the compiled code is the same."""
+    return tl.where(t == t, value, value)
 
 
 @device
@@ -1925,6 +1931,30 @@ def _amax_pass(
     return [partial] * (s.rowwise + s.columnwise), programs
 
 
+def _gluon_columnwise(x: torch.Tensor, s: _Settings) -> types.ModuleType | None:
+    """``fast.quant.nvfp4_gluon``, whose kernel quantizes the columnwise operand alone (its docstring: the H100
+    figures), where it applies: a CUDA tensor of bfloat16 or float16, ``usage="columnwise"``, round to nearest, the
+    per-tensor amax, TE's scale rule, 1x16 blocks, no RHT, whole 128 x 64 tiles, and a Triton with Gluon; else None
+    (the Triton kernel)."""
+    rows, cols = x.shape
+    covered = s._replace(
+        usage="columnwise", block="1x16", amax_scope="tensor", rht=False, rounding="rne", scale_rule="te"
+    )
+    if (
+        x.device.type != "cuda"
+        or x.dtype not in (torch.bfloat16, torch.float16)
+        or s != covered
+        or rows % _COLUMNWISE.quantize.rows
+        or cols % _COLUMNWISE.quantize.cols
+    ):
+        return None
+    try:
+        from fast.quant import nvfp4_gluon
+    except ImportError:  # Triton before 3.5
+        return None
+    return nvfp4_gluon
+
+
 def _quantize_pass(
     x: torch.Tensor,
     s: _Settings,
@@ -1972,6 +2002,11 @@ def _quantize_pass(
             V=8 // x.element_size(),
             **_launch_options(x, q),
         )
+        return
+    gluon_kernel = _gluon_columnwise(x, s)
+    if gluon_kernel is not None:
+        constexprs = {name: variant[name] for name in ("INPUT", "ZERO_ENC", "STORE_EVICTION")}
+        gluon_kernel.quantize_columnwise(x, out, sources[0], n_sources, constexprs)
         return
     tiles = triton.cdiv(rows, q.rows) * triton.cdiv(cols, q.cols)
     jit(_nvfp4_quantize_kernel)[(_programs(x, tiles, q.programs_per_sm),)](

@@ -526,3 +526,29 @@ def test_single_kernels_hint_their_stores_evict_first_and_the_grouped_kernel_doe
         assert hinted(plain) == 0 and len(plain) == len(evicting)
     assert hinted(stores[4]) == len(stores[4]) - 2 > 0
     assert stores[5] and hinted(stores[5]) == 0
+
+
+_GLUON_STORES_PROGRAM = """
+import json, re, sys
+from fast.quant.nvfp4_gluon import sm90_ptx
+
+for zero_enc, eviction in json.loads(sys.argv[1]):
+    print(json.dumps(re.findall(r"st[.]global[.][a-zA-Z0-9_.:]*", sm90_ptx(zero_enc, eviction))))
+"""
+
+
+def test_gluon_columnwise_kernel_compiles_for_sm90_with_wide_transposed_stores() -> None:
+    """The CUDA kernel of the columnwise operand on whole tiles (``fast.quant.nvfp4_gluon``) cannot run here (Gluon
+    has no interpreter; the GPU tests check its bytes), but it compiles with this Triton for sm_90 (the shared device
+    functions bound for Gluon), and its PTX shows the design: per tile a thread stores its codes as two 16-byte
+    vectors and its scales as one 4-byte word, hinted ``evict_first`` when asked; the only other stores are program
+    0's amax and tensor scale.  Compiled in a fresh process (see the test above)."""
+    pytest.importorskip("fast.quant.nvfp4_gluon", exc_type=ImportError)
+    cases = [(False, "evict_first"), (True, "evict_first"), (False, "")]
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    args = [sys.executable, "-c", _GLUON_STORES_PROGRAM, json.dumps(cases)]
+    lines = subprocess.run(args, env=env, capture_output=True, text=True, check=True).stdout.splitlines()
+    hinted = "st.global.L1::evict_first.L2::cache_hint"
+    for stores in (json.loads(line) for line in lines[-3:-1]):
+        assert sorted(stores) == sorted(["st.global.b32"] * 2 + [f"{hinted}.v4.b32"] * 2 + [f"{hinted}.b32"])
+    assert sorted(json.loads(lines[-1])) == sorted(["st.global.b32"] * 3 + ["st.global.v4.b32"] * 2)

@@ -399,3 +399,44 @@ def test_bfloat16_rounding_on_every_float32() -> None:
     first = torch.full((1,), 2**31 - 1, dtype=torch.int32, device="cuda")
     jit(_bfloat16_kernel)[(2**32 // 4096,)](mismatches, first, BLOCK=4096)
     assert int(mismatches.item()) == 0, f"{int(mismatches.item())} patterns differ, e.g. 0x{int(first.item()):08x}"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_columnwise_on_whole_tiles_runs_the_gluon_kernel(monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype) -> None:
+    """Where Triton has Gluon, the columnwise operand alone from 16-bit input on whole 128 x 64 tiles with round to
+    nearest and TE's scale rule is the kernel of ``fast.quant.nvfp4_gluon``: against the reference on every bit
+    pattern of ``dtype`` (NaN, Inf, subnormals: blocks whose scale rounds to zero) and on blocks spanning 2**+-20,
+    under both zero-scale rules, from a computed amax and from given ones (below the data's, NaN, negative).  Other
+    settings, float32 and ragged shapes take the Triton kernel."""
+    gluon_module = pytest.importorskip("fast.quant.nvfp4_gluon", exc_type=ImportError)
+    launches: list[tuple[int, int]] = []
+    launch = gluon_module.quantize_columnwise
+
+    def counted(x: torch.Tensor, *args: Any) -> None:
+        launches.append(tuple(x.shape))
+        launch(x, *args)
+
+    monkeypatch.setattr(gluon_module, "quantize_columnwise", counted)
+    every_pattern = every_bfloat16().view(dtype)
+    for x in (every_pattern, spread_matrix(1024, 2048, dtype)):
+        values = carrier(x)
+        below = float(np.abs(values[np.isfinite(values)]).max()) / 16
+        for zero_scale in ("flt_max", "zero"):
+            assert_same(x, usage="columnwise", zero_scale=zero_scale)
+        for amax in (below, float("nan"), -below):
+            given = torch.tensor([amax], dtype=torch.float32)
+            assert_same(x, usage="columnwise", amax_source="given", columnwise_amax=given)
+    assert launches == [(256, 256)] * 5 + [(1024, 2048)] * 5
+    bits = torch.zeros((256, 256), dtype=torch.uint8, device="cuda")
+    stochastic = {"rounding": "stochastic", "columnwise_random_bits": bits}
+    for params in (
+        stochastic,
+        {"rht": True},
+        {"block": "16x16"},
+        {"scale_rule": "torchao"},
+        {"scale_rule": "torchao_cuda"},
+    ):
+        fast_nvfp4(every_pattern.cuda(), usage="columnwise", **params)
+    fast_nvfp4(spread_matrix(1040, 4112, dtype).cuda(), usage="columnwise")
+    fast_nvfp4(every_pattern.float().cuda(), usage="columnwise")
+    assert len(launches) == 10
