@@ -35,7 +35,9 @@ without the prefetch at 4 programs per SM 0.1162; two or four tiles a step 0.115
 
 Scope: 16-bit input (bfloat16, float16), round to nearest, the per-tensor amax, TE's scale rule (either zero-scale
 rule), 1x16 blocks, no RHT, ``M`` a multiple of 128 and ``K`` of 64, a computed or given amax
-(``fast.quant.nvfp4._gluon_columnwise``).  Everything else, and Triton builds without Gluon, take the Triton kernel;
+(``fast.quant.nvfp4._gluon_columnwise``).  Stochastic rounding here (uint8 bits loaded 16 bytes a column a thread)
+was bit-equal but slower than the Triton kernel, by 1-4% at its best (2 programs per SM, 220 registers;
+``docs/performance.md``, seventh session).  Everything else, and Triton builds without Gluon, take the Triton kernel;
 :mod:`fast.quant.nvfp4` imports this module only for a CUDA launch.
 """
 
