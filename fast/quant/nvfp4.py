@@ -1936,23 +1936,17 @@ def _gluon_columnwise(x: torch.Tensor, s: _Settings) -> types.ModuleType | None:
     figures), where it applies: a CUDA tensor of bfloat16 or float16, ``usage="columnwise"``, round to nearest, the
     per-tensor amax, TE's scale rule, 1x16 blocks, no RHT, whole 128 x 64 tiles, and a Triton with Gluon; else None
     (the Triton kernel)."""
-    rows, cols = x.shape
     covered = s._replace(
         usage="columnwise", block="1x16", amax_scope="tensor", rht=False, rounding="rne", scale_rule="te"
     )
-    if (
-        x.device.type != "cuda"
-        or x.dtype not in (torch.bfloat16, torch.float16)
-        or s != covered
-        or rows % _COLUMNWISE.quantize.rows
-        or cols % _COLUMNWISE.quantize.cols
-    ):
+    if x.device.type != "cuda" or x.dtype not in (torch.bfloat16, torch.float16) or s != covered:
         return None
     try:
         from fast.quant import nvfp4_gluon
     except ImportError:  # Triton before 3.5
         return None
-    return nvfp4_gluon
+    rows, cols = x.shape
+    return nvfp4_gluon if rows % nvfp4_gluon.ROWS == 0 and cols % nvfp4_gluon.COLS == 0 else None
 
 
 def _quantize_pass(

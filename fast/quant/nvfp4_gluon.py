@@ -62,7 +62,7 @@ PROGRAMS_PER_SM = 3
 
 @device
 def _maximum(a, b):
-    """The reductions' combine, ``max``: a float NaN operand loses (``tl.maximum``'s, bound for Gluon by
+    """The combine of the reduction of the int32 amax bit patterns, ``max`` (``tl.maximum``, bound for Gluon by
     ``fast._triton.gluon_jit``)."""
     return tl.maximum(a, b)
 
