@@ -1,15 +1,14 @@
 """Benchmarks of grouped quantization (``group.quantize``): 8 experts x [4096, 7168] bfloat16 on the GPU.
 
-Each recipe (TE defaults, 1d blocks) quantizes the grouped buffer with ``fast.group.quantize`` (MXFP8 and FP8
-blockwise: one grouped kernel over every expert's tiles; FP8 current scaling and NVFP4: two grouped kernels, an
-amax per expert, then the cast or quantize of every expert's tiles), timed with CUDA events beside the
-device-to-device copy bandwidth (``conftest.py``), and, in the same session, the same quantizer on one [32768,
-7168] tensor of the same total size (``single``).  ``ragged``: the same total in experts of MoE-like uneven
-token counts (``RAGGED_ROWS``, multiples of 32 but not of 128, so scale matrices carry padding rows and 128-row
-tiles end inside an expert).  Bytes moved are the fewest a
-quantizer must move (the input read once, per-tensor current scaling twice: its amax pass reads it too; each
-data copy and each scale written once), the same for both forms.  Targets (issue #6, H100): grouped at least
-90% of the copy bandwidth and within 5% of single.
+Each recipe (TE defaults, 1d blocks) and usage (rowwise, columnwise, both) quantizes the grouped buffer with
+``fast.group.quantize`` (MXFP8 and FP8 blockwise: one grouped kernel over every expert's tiles; FP8 current scaling
+and NVFP4: two grouped kernels, an amax per expert, then the cast or quantize of every expert's tiles), timed with
+CUDA events beside the device-to-device copy bandwidth (``conftest.py``), and, in the same session, the same
+quantizer on one [32768, 7168] tensor of the same total size (``single``).  ``ragged``: the same total in experts of
+MoE-like uneven token counts (``RAGGED_ROWS``, multiples of 32 but not of 128, so scale matrices carry padding rows
+and 128-row tiles end inside an expert).  Bytes moved are the fewest a quantizer must move (the input read once,
+per-tensor current scaling twice: its amax pass reads it too; each data copy and each scale written once), the same
+for both forms.  Targets (issue #6, H100): grouped at least 90% of the copy bandwidth and within 5% of single.
 
 Run with ``pytest tests/bench/test_bench_group.py -m bench --benchmark-enable``.
 """
@@ -62,7 +61,7 @@ def bytes_moved(recipe: str, usage: str) -> int:
 
 
 @pytest.mark.parametrize("form", ["grouped", "ragged", "single"])
-@pytest.mark.parametrize("usage", ["rowwise", "both"])
+@pytest.mark.parametrize("usage", ["rowwise", "columnwise", "both"])
 @pytest.mark.parametrize("recipe", list(RECIPES))
 def test_grouped_quantize(measure: Measure, recipe: str, usage: str, form: str) -> None:
     """``grouped``: fast.group.quantize of the 8 experts; ``ragged``: of 8 uneven experts of the same total;
