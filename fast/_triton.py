@@ -60,6 +60,7 @@ __all__ = [
     "float32_bits",
     "fp8_code",
     "gluon_jit",
+    "gluon_sm90_ptx",
     "jit",
     "round_to_code",
     "selected_path",
@@ -125,6 +126,31 @@ def gluon_jit(fn: Callable[..., Any]) -> Any:
     """``gluon.jit(fn)``: a kernel of Gluon, Triton's dialect with explicit layouts (compiled only, no interpreter),
     with its device functions bound alike (their compiled bodies), so that it shares them with the Triton kernels."""
     return _jit(fn, _GLUON)
+
+
+def gluon_sm90_ptx(
+    fn: Callable[..., Any],
+    types: Mapping[str, str],
+    constexprs: Mapping[str, Any],
+    aligned: Sequence[str] = (),
+    **options: Any,
+) -> str:
+    """The PTX of the Gluon kernel ``fn`` (bound as :func:`gluon_jit` binds it) for sm_90 (an H100), compiled without
+    a GPU (Triton ships ptxas; the CPU tests read it): ``types`` gives each runtime argument's Triton type (``"i32"``
+    where absent), ``constexprs`` the constexprs, ``aligned`` the runtime arguments to specialize as a launch does for
+    16-byte aligned pointers and multiples of 16, ``options`` the compile options (``num_warps``, ``maxnreg``, ...)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import compile as triton_compile
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    kernel = gluon_jit(fn)
+    names = list(kernel.arg_names)
+    signature = {
+        name: "constexpr" if index in kernel.constexprs else types.get(name, "i32") for index, name in enumerate(names)
+    }
+    attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in aligned}
+    source = GluonASTSource(fn=kernel, signature=signature, constexprs=dict(constexprs), attrs=attrs)
+    return triton_compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
 
 
 _GLUON = "gluon"

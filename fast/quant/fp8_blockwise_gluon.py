@@ -44,7 +44,7 @@ from typing import Any
 import torch
 from triton.experimental.gluon import language as gl
 
-from fast._triton import LaunchCache, device, float32_bits, gluon_jit, tl
+from fast._triton import LaunchCache, device, float32_bits, gluon_jit, gluon_sm90_ptx, tl
 from fast.quant.fp8 import FORMAT_META, INPUT_IDS, fp8_code, reciprocal, scale_from_amax
 from fast.quant.fp8_blockwise import _RUNTIME_ARGS, TILE
 
@@ -146,24 +146,10 @@ def quantize_both(x2: torch.Tensor, args: tuple[Any, ...], key: Hashable, rule: 
 
 def sm90_ptx(dtype: str, format: str, power_2_scale: bool) -> str:
     """The kernel's PTX for sm_90 (an H100) with ``dtype`` input, compiled without a GPU (the CPU tests read it)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import compile as triton_compile
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    kernel = gluon_jit(_fp8_block_both_kernel)
     x_type = {"float32": "*fp32", "bfloat16": "*bf16", "float16": "*fp16"}[dtype]
-    signature = {}
-    for index, name in enumerate(kernel.arg_names):
-        if index in kernel.constexprs:
-            signature[name] = "constexpr"
-        elif name in ("epsilon", "value_for_inf"):
-            signature[name] = "fp32"
-        elif name.endswith("_ptr"):
-            signature[name] = x_type if name == "x_ptr" else "*fp32" if "scale" in name else "*u8"
-        else:
-            signature[name] = "i32"
-    source = GluonASTSource(
-        fn=kernel, signature=signature, constexprs=_constexprs(format, power_2_scale, getattr(torch, dtype))
-    )
-    options = {"num_warps": NUM_WARPS, "enable_fp_fusion": True}
-    return triton_compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+    types = {
+        "x_ptr": x_type, "data_ptr": "*u8", "scale_inv_ptr": "*fp32", "columnwise_ptr": "*u8",
+        "columnwise_scale_inv_ptr": "*fp32", "epsilon": "fp32", "value_for_inf": "fp32",
+    }  # fmt: skip
+    constexprs = _constexprs(format, power_2_scale, getattr(torch, dtype))
+    return gluon_sm90_ptx(_fp8_block_both_kernel, types, constexprs, num_warps=NUM_WARPS, enable_fp_fusion=True)

@@ -46,7 +46,7 @@ from __future__ import annotations
 import torch
 from triton.experimental.gluon import language as gl
 
-from fast._triton import device, float32_bits, gluon_jit, tl
+from fast._triton import device, float32_bits, gluon_jit, gluon_sm90_ptx, tl
 from fast.quant.nvfp4 import _abs_max, _block_scale, _e2m1_pairs, _global_scales
 
 __all__ = ["COLS", "ROWS", "quantize_columnwise", "sm90_ptx"]
@@ -191,32 +191,14 @@ def quantize_columnwise(
 
 
 def sm90_ptx(zero_enc: bool, store_eviction: str) -> str:
-    """The kernel's PTX for sm_90 (an H100) with bfloat16 input, specialized as a launch on whole tiles is, compiled
-    without a GPU (the CPU tests read it)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import compile as triton_compile
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    kernel = gluon_jit(_nvfp4_columnwise_kernel)
-    signature = {}
-    for index, name in enumerate(kernel.arg_names):
-        if index in kernel.constexprs:
-            signature[name] = "constexpr"
-        elif name == "x_ptr":
-            signature[name] = "*bf16"
-        elif name in ("source_ptr", "columnwise_amax_ptr"):
-            signature[name] = "*i32"
-        elif name == "columnwise_tensor_scale_ptr":
-            signature[name] = "*fp32"
-        else:
-            signature[name] = "*u8" if name.endswith("_ptr") else "i32"
+    """The kernel's PTX for sm_90 (an H100) with bfloat16 input, specialized as a launch on whole tiles is (pointers
+    16-byte aligned, ``M`` and ``K`` multiples of 16), compiled without a GPU (the CPU tests read it)."""
+    pointers = {
+        "x_ptr": "*bf16", "source_ptr": "*i32", "columnwise_data_ptr": "*u8", "columnwise_scales_ptr": "*u8",
+        "columnwise_amax_ptr": "*i32", "columnwise_tensor_scale_ptr": "*fp32",
+    }  # fmt: skip
     constexprs = {"INPUT": 1, "ZERO_ENC": zero_enc, "SOURCES": 1024, "STORE_EVICTION": store_eviction}
-    # as a launch specializes: pointers 16-byte aligned (torch's allocations), M and K multiples of 16
-    aligned = {
-        (index,): [["tt.divisibility", 16]]
-        for index, (name, kind) in enumerate(signature.items())
-        if kind != "constexpr" and name != "n_sources"
-    }
-    source = GluonASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=aligned)
-    options = {"num_warps": NUM_WARPS, "maxnreg": 168, "enable_fp_fusion": False}
-    return triton_compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+    return gluon_sm90_ptx(
+        _nvfp4_columnwise_kernel, pointers, constexprs, [*pointers, "M", "K"],
+        num_warps=NUM_WARPS, maxnreg=168, enable_fp_fusion=False,
+    )  # fmt: skip
