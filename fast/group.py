@@ -256,7 +256,7 @@ def quantize(
     --------
     As ``reference.group.quantize``, without the ``_padding`` masks: block-scale padding is left as
     allocated (``torch.empty``, don't-care), so are the bytes of every slot the member does not fill
-    (a stacked call leaves the quantizer's own padding, zero).
+    (a stacked call leaves the quantizer's own padding).
 
     Edge cases
     ----------
@@ -787,13 +787,14 @@ def _mxfp8_grouped(
     member's tiles, each program looking up its member in a table: the member's element offset (rowwise and
     columnwise data keep the input's layout), its dims and scale offsets, its padded scale strides
     (``round_up(K / 32, 4)`` and ``round_up(K, 128)`` bytes between compact scale rows; in the swizzled layout
-    the 128x4 tiles across, ``round_up(K / 32, 4) / 4`` and ``round_up(M / 32, 4) / 4``).  Scale buffers with
-    padding start zeroed, as ``fast.quant.mx``'s do.  Same bits as ``fast.quant.mx`` on each member alone: the
-    same device functions on the same values.  (Persistent programs stepping from member to member, as the
-    NVFP4 kernel's, were 5-20% slower here on the H100: MX tiles are small and many programs fit an SM.)  Where
-    ``fast.quant.mx`` stages its rowwise scales (both usages, compact, every non-empty member's K a multiple of 128),
-    so does this kernel, and :func:`_unstage_mx_row_scales` copies them for all members in one more launch (H100, 8
-    x [4096, 7168] bfloat16: 0.3401 -> 0.3349 ms, uneven experts 0.3502 -> 0.3437).
+    the 128x4 tiles across, ``round_up(K / 32, 4) / 4`` and ``round_up(M / 32, 4) / 4``).  Padding as
+    ``fast.quant.mx``'s: swizzled scale buffers with padding start zeroed, compact padding is left unwritten.
+    Same bits as ``fast.quant.mx`` on each member alone: the same device functions on the same values.
+    (Persistent programs stepping from member to member, as the NVFP4 kernel's, were 5-20% slower here on the
+    H100: MX tiles are small and many programs fit an SM.)  Where ``fast.quant.mx`` stages its rowwise scales
+    (both usages, compact, every non-empty member's K a multiple of 128), so does this kernel, and
+    :func:`_unstage_mx_row_scales` copies them for all members in one more launch (H100, 8 x [4096, 7168]
+    bfloat16: 0.3401 -> 0.3349 ms, uneven experts 0.3502 -> 0.3437).
     """
     n, device, align = len(shapes), data.device, _alignment(shapes)
     fixed = os.environ.get("QCONFORM_MX_TILE")
@@ -806,7 +807,7 @@ def _mxfp8_grouped(
         if wanted:
             logical = [(m, k // 32) if side == 0 else (m // 32, k) for m, k in shapes]
             padded = any(s[side] != shape for s, shape in zip(scale_shapes, logical, strict=True))
-            allocate = torch.zeros if padded else torch.empty
+            allocate = torch.zeros if padded and scale_layout == "swizzled" else torch.empty
             out[f"{prefix}data"] = torch.empty(offsets[-1], dtype=torch.uint8, device=device)
             out[f"{prefix}scales"] = allocate(columns[4 + side][-1], dtype=torch.uint8, device=device)
     if not sum(tiles):

@@ -302,7 +302,8 @@ def test_members_that_stack_are_quantized_in_one_call(
 
 
 def test_quantize_writes_each_member_in_place_of_one_allocation(monkeypatch: pytest.MonkeyPatch):
-    """Member i's data is the member quantizer's output at offset i; the buffers are single 1-D tensors."""
+    """Member i's data is the member quantizer's output at offset i; the buffers are single 1-D tensors (scale
+    padding, don't-care, is left out of the comparison)."""
     monkeypatch.setenv(PATH_ENV, "torch")
     from fast.quant import mx
 
@@ -313,7 +314,7 @@ def test_quantize_writes_each_member_in_place_of_one_allocation(monkeypatch: pyt
         assert out[name].dim() == 1 and out[name].is_contiguous()
     member = mx(tensor[2048:].view(64, 32), format="float8_e4m3fn", scale_rule="rceil", usage="both")
     assert torch.equal(out["data"][2048:], member["data_rowwise"].reshape(-1))
-    assert torch.equal(out["scales"][512:], member["scale_rowwise"].reshape(-1))
+    assert torch.equal(out["scales"][512:].view(128, 4)[:64, :1], member["scale_rowwise"][:64, :1])
 
 
 @pytest.mark.parametrize(
