@@ -57,7 +57,7 @@ from fast.quant.mx import _stages_row_scales as _stages_mx_row_scales
 from fast.quant.mx import _Tile as _MxTile
 from fast.quant.mx import quantize_tile as mx_tile
 from fast.quant.mx import unstage_tiles as mx_unstage_tiles
-from fast.quant.nvfp4 import _global_scales, _kept_bytes
+from fast.quant.nvfp4 import _global_scales, _kept_bytes, _store_eviction
 from fast.quant.nvfp4 import _Launch as _NvLaunch
 from fast.quant.nvfp4 import _launch_options as _nv_launch_options
 from fast.quant.nvfp4 import _programs as _nv_programs
@@ -673,7 +673,14 @@ def _nvfp4_grouped(
     on that module's tiles, with persistent programs that cross members: each tile gets its member's
     input, byte and scale offsets, dims, padded scale strides (``round_up(K / 16, 4)`` and
     ``round_up(M / 16, 4)`` bytes between scale rows) and tensor scales (``_global_scales`` of its amax).
-    Same bits as ``fast.quant.nvfp4`` on each member alone: the same device functions on the same values.
+    Same bits as ``fast.quant.nvfp4`` on each member alone: the same device functions on the same values.  The
+    stores take the single quantizer's L2 hint for the whole buffer (``_store_eviction``), and a member's tiles of
+    a columnwise operand run M first.  H100, bfloat16, 8 x [4096, 7168] (HEAD's none and K first against
+    ``evict_last`` and M first, 2026-11-27 eighth session): columnwise 0.4204 -> 0.4052 ms, both 0.5564 -> 0.5319,
+    both in 16 x 16 tiles 0.5656 -> 0.4919; 8 uneven experts (1056 and 8160 rows among them: transposed rows 16
+    bytes off a sector) columnwise 0.4401 -> 0.4137, both 0.5926 -> 0.5607; 8 x [1024, 7168] (``evict_first``)
+    rowwise 0.1070 -> 0.1032, columnwise 0.1097 -> 0.1059.  M first alone, on 8 uneven experts with
+    ``evict_last``: columnwise 0.4273 -> 0.4140, both 0.5707 -> 0.5656 (``docs/bench/2026-11-27h-h100/``).
     """
     n, device = len(shapes), data.device
     rowwise, columnwise = usage != "columnwise", usage != "rowwise"
@@ -712,7 +719,7 @@ def _nvfp4_grouped(
                 sum(tiles), INPUT=INPUT_IDS[data.dtype],
                 ROWWISE=rowwise, COLUMNWISE=columnwise, TILE_2D=block == "2d", BM=rows, BK=cols,
                 V=8 // data.element_size(), EVEN=even, SANITIZE=device.type != "cuda", MEMBERS=members,
-                **_resident_options(data, launch, usage, block, even),
+                STORE_EVICTION=_store_eviction(data, settings), **_resident_options(data, launch, usage, block, even),
             )  # fmt: skip
     return {name: value.view(torch.float32) if name.endswith("amax") else value for name, value in out.items()}
 
@@ -1044,12 +1051,14 @@ def _grouped_nvfp4_kernel(
     x_ptr, words_ptr, data_ptr, scales_ptr, columnwise_data_ptr, columnwise_scales_ptr, amax_bits_ptr, table_ptr,
     n_members, tiles, INPUT: tl.constexpr, ROWWISE: tl.constexpr, COLUMNWISE: tl.constexpr, TILE_2D: tl.constexpr,
     BM: tl.constexpr, BK: tl.constexpr, V: tl.constexpr, EVEN: tl.constexpr, SANITIZE: tl.constexpr,
-    MEMBERS: tl.constexpr,
+    MEMBERS: tl.constexpr, STORE_EVICTION: tl.constexpr,
 ):  # fmt: skip
     # fast.quant.nvfp4's tile bodies on every member's tiles (table rows: 0 element offsets, 2 M, 3 K, 4 first
     # tiles, 5 and 6 scale offsets), persistent programs walking all tiles in reverse as that module's kernels do.
     # The tile is [BM, BK] elements of both operands (or the columnwise one), or, for the rowwise operand alone,
-    # BM rows by BK / 16 blocks read as words.
+    # BM rows by BK / 16 blocks read as words.  A member's tiles of a columnwise operand are taken M first (the tile
+    # bodies number them K first): tiles that write the two ends of a transposed row's 32-byte sector run side by
+    # side (members whose M / 2 bytes are no multiple of 32 start transposed rows inside a sector).
     if ROWWISE and COLUMNWISE and tl.program_id(0) == 0:  # the columnwise amax of each member is its rowwise one
         index = tl.arange(0, MEMBERS)
         valid = index < n_members
@@ -1075,21 +1084,22 @@ def _grouped_nvfp4_kernel(
         rows = m * 16
         cols = k * 16
         scales = scales_ptr + offset * 512
-        # The tile bodies' last two constexprs: one tensor amax for both operands, and no L2 hint on the stores
-        # (fast.quant.nvfp4.quantize_tile's STORE_EVICTION).
+        # The tile bodies' SAME_AMAX: one tensor amax for both operands.
         if COLUMNWISE:
+            m_tiles = tl.cdiv(rows, BM)
             quantize_nvfp4_tile(
-                x_ptr + element, tile - first, rows, cols, p0, p1, p0, p1, amax_bits_ptr, data_ptr + byte, scales,
+                x_ptr + element, (tile - first) % m_tiles * tl.cdiv(cols, BK) + (tile - first) // m_tiles, rows,
+                cols, p0, p1, p0, p1, amax_bits_ptr, data_ptr + byte, scales,
                 amax_bits_ptr, amax_bits_ptr, amax_bits_ptr, columnwise_data_ptr + byte,
                 columnwise_scales_ptr + columnwise_offset * 512, amax_bits_ptr, amax_bits_ptr,
                 (cols // 16 + 3) // 4 * 4, (rows // 16 + 3) // 4 * 4, INPUT, ROWWISE, True, TILE_2D, False, False, 0,
-                0, 0, 0, False, BM, BK, EVEN, SANITIZE, True, "",
+                0, 0, 0, False, BM, BK, EVEN, SANITIZE, True, STORE_EVICTION,
             )  # fmt: skip
         else:
             rowwise_nvfp4_tile(
                 words_ptr + byte, amax_bits_ptr, tile - first, rows, cols, p0, p1, data_ptr + byte, scales,
                 amax_bits_ptr, amax_bits_ptr, (cols // 16 + 3) // 4 * 4, INPUT, TILE_2D, False, 0, 0, 0, False, BM,
-                BK // 16, V, EVEN, SANITIZE, "",
+                BK // 16, V, EVEN, SANITIZE, STORE_EVICTION,
             )  # fmt: skip
 
 

@@ -1077,9 +1077,8 @@ def quantize_tile(
     0.613 ms.  The other variants take 226-255 registers already and were slower with the copy (float32 [32752,
     7168] both: 0.909 -> 0.935 ms; RHT spilled more), so their ragged operands keep masks on every tile.
 
-    ``STORE_EVICTION``: the L2 eviction hint of the data and scale stores: the single kernels' is
-    :func:`_store_eviction`'s; ``fast.group``'s grouped kernel passes none (both operands of 8 x [4096, 7168] took
-    0.5585 -> 0.5743 ms with ``evict_first``).  The same hint on the MX, FP8 blockwise and FP8 current-scaling kernels
+    ``STORE_EVICTION``: the L2 eviction hint of the data and scale stores, :func:`_store_eviction`'s (``fast.group``'s
+    grouped kernel too, for its whole buffer).  The same hint on the MX, FP8 blockwise and FP8 current-scaling kernels
     was 0 to 2% slower (H100, bfloat16 8192 x 8192); they store without one."""
     whole = EVEN
     if not EVEN and INPUT != 0 and ROUNDING == 0 and not ROW_AMAX and not RHT:
@@ -1843,19 +1842,29 @@ def _kept_bytes(x: torch.Tensor, columnwise: bool) -> int:
 
 
 def _store_eviction(x: torch.Tensor, s: _Settings) -> str:
-    """The L2 hint of the quantize kernels' data and scale stores (:func:`quantize_tile`): ``evict_first`` (the
-    written bytes leave L2 first; after a computed amax, before the input the amax pass kept there) with a given
-    amax, with RHT, or when ``x`` is at most 4 times the GPU's L2; else none, which was faster for a computed amax
-    on larger inputs.  H100, bfloat16, without against with the hint (best of two processes each, the same
-    bytes): 8192 x 8192 rowwise 0.1081 -> 0.1039 ms, columnwise 0.1161 -> 0.1118, both 0.1552 -> 0.1531, both
-    with RHT 0.2135 -> 0.2080, given amax both 0.1085 -> 0.1041, both in 16 x 16 tiles 0.1342 -> 0.1345; [32768,
-    7168] (4.5 x the L2): given amax both 0.4070 -> 0.3789, both with RHT 0.7194 -> 0.7139, but computed amax
-    rowwise 0.3783 -> 0.3798, columnwise 0.4174 -> 0.4215, both 0.5536 -> 0.5668 (scripts and raw figures in
-    ``docs/bench/2026-11-27f-h100/store-hint/``)."""
+    """The L2 hint of the quantize kernels' data and scale stores (:func:`quantize_tile`).  ``evict_first`` (the
+    written bytes leave L2 first; after a computed amax, before the input the amax pass kept there) when ``x`` is at
+    most 4 times the GPU's L2; above that ``evict_last`` (the written bytes stay until whole: the scale sectors,
+    which 4 to 8 tiles fill, and transposed rows that start inside a sector), except ``evict_first`` for the rowwise
+    operand alone with a given amax or RHT and for both operands with RHT.
+
+    H100, bfloat16, best of 2-3 in one process, the same bytes.  Without against ``evict_first`` (2026-11-27 sixth
+    session, ``docs/bench/2026-11-27f-h100/store-hint/``): 8192 x 8192 rowwise 0.1081 -> 0.1039 ms, columnwise
+    0.1161 -> 0.1118, both 0.1552 -> 0.1531, both with RHT 0.2135 -> 0.2080, given amax both 0.1085 -> 0.1041;
+    [32768, 7168] (4.5 x the L2) given amax both 0.4070 -> 0.3789, both with RHT 0.7194 -> 0.7139.  Without against
+    ``evict_last`` (eighth session, ``docs/bench/2026-11-27h-h100/``), computed amax: [32768, 7168] rowwise 0.3777 ->
+    0.3774, columnwise 0.4066 -> 0.3930, both 0.5549 -> 0.5307, both in 16 x 16 tiles 0.5053 -> 0.4812; [16384,
+    8192] columnwise 0.2303 -> 0.2248, both 0.3106 -> 0.3042.  ``evict_first`` against ``evict_last`` on [32768,
+    7168]: given amax both 0.3782 -> 0.3700 and columnwise with RHT 0.4512 -> 0.4325, but given amax rowwise 0.2075
+    -> 0.2192 and both with RHT 0.7096 -> 0.7182; at 8192 x 8192 ``evict_last`` lost everywhere (rowwise 0.1041 ->
+    0.1083, columnwise 0.1083 -> 0.1116)."""
     if x.device.type != "cuda":
         return ""
-    small = x.numel() * x.element_size() <= 4 * torch.cuda.get_device_properties(x.device).L2_cache_size
-    return "evict_first" if s.amax_source == "given" or s.rht or small else ""
+    if x.numel() * x.element_size() <= 4 * torch.cuda.get_device_properties(x.device).L2_cache_size:
+        return "evict_first"
+    if s.columnwise:
+        return "evict_first" if s.rht and s.rowwise else "evict_last"
+    return "evict_first" if s.amax_source == "given" or s.rht else "evict_last"
 
 
 def _as_words(t: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -480,11 +481,11 @@ for module, name, settings in json.loads(sys.argv[1]):
 """
 
 
-def test_single_kernels_hint_their_stores_evict_first_and_the_grouped_kernel_does_not() -> None:
+def test_kernels_hint_their_stores_as_asked() -> None:
     """``STORE_EVICTION`` reaches the stores (``fast.quant.nvfp4._store_eviction``; H100 figures in its docstring):
-    the single quantize and rowwise kernels compiled for sm_90 with ``evict_first`` store their codes and scales with
-    the L2 hint, with none without it, and ``fast.group``'s grouped kernel stores without one.  Compiled in a fresh
-    process: this one's interpreted kernels leave Triton's language patched for the interpreter."""
+    the single quantize and rowwise kernels and ``fast.group``'s grouped kernel, compiled for sm_90 with
+    ``evict_first`` or ``evict_last``, store their codes and scales with that L2 hint, with none without one.
+    Compiled in a fresh process: this one's interpreted kernels leave Triton's language patched for the interpreter."""
     pytest.importorskip("triton")
     words = {"words_ptr": "*i32", "random_ptr": "*i32", "amax_ptr": "*i32", "amax_source_ptr": "*i32"}
     operands = {
@@ -503,29 +504,52 @@ def test_single_kernels_hint_their_stores_evict_first_and_the_grouped_kernel_doe
         "ROWWISE": True, "COLUMNWISE": True, "TILE_2D": False, "BM": 128, "BK": 64, "V": 4, "EVEN": True,
         "SANITIZE": False, "MEMBERS": 16,
     }  # fmt: skip
+    hints = ("evict_first", "evict_last", "")
     kernels = [
-        ("fast.quant.nvfp4", "_nvfp4_quantize_kernel", {**operands, "ROWWISE": both, "STORE_EVICTION": eviction})
+        ("fast.quant.nvfp4", "_nvfp4_quantize_kernel", {**operands, "ROWWISE": both, "STORE_EVICTION": hint})
         for both in (False, True)
-        for eviction in ("evict_first", "")
+        for hint in hints
     ]
-    kernels += [
-        ("fast.quant.nvfp4", "_nvfp4_rowwise_kernel", {**rowwise, "STORE_EVICTION": "evict_first"}),
-        ("fast.group", "_grouped_nvfp4_kernel", grouped),
-    ]
+    kernels += [("fast.quant.nvfp4", "_nvfp4_rowwise_kernel", {**rowwise, "STORE_EVICTION": hint}) for hint in hints]
+    kernels += [("fast.group", "_grouped_nvfp4_kernel", {**grouped, "STORE_EVICTION": hint}) for hint in hints]
     env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     args = [sys.executable, "-c", _STORES_PROGRAM, json.dumps(kernels)]
     lines = subprocess.run(args, env=env, capture_output=True, text=True, check=True).stdout.splitlines()
+    stores = [json.loads(line) for line in lines[-len(kernels) :]]
+    # every code and scale store, all but program 0's per-tensor scale and amax words (2 an operand; the grouped
+    # kernel's program 0 copies the members' amaxes: 1 store)
+    for (_, name, constexprs), kernel_stores in zip(kernels, stores, strict=True):
+        others = 1 if name.startswith("_grouped") else 2 * (1 + constexprs.get("ROWWISE", False))
+        hint = constexprs["STORE_EVICTION"]
+        counts = {kind: sum(f"L1::{kind}" in store for store in kernel_stores) for kind in hints[:2]}
+        expected = {kind: len(kernel_stores) - others if kind == hint else 0 for kind in hints[:2]}
+        assert counts == expected and len(kernel_stores) > others, (name, hint, kernel_stores)
 
-    def hinted(stores: list[str]) -> int:
-        return sum("L1::evict_first" in store for store in stores)
 
-    stores = [json.loads(line) for line in lines[-6:]]
-    # every code and scale store, all but program 0's per-tensor scale and amax words (2 an operand)
-    for operands_, (evicting, plain) in ((1, stores[0:2]), (2, stores[2:4])):
-        assert hinted(evicting) == len(evicting) - 2 * operands_ > 0
-        assert hinted(plain) == 0 and len(plain) == len(evicting)
-    assert hinted(stores[4]) == len(stores[4]) - 2 > 0
-    assert stores[5] and hinted(stores[5]) == 0
+def test_store_hint_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_store_eviction``'s table (its docstring gives the H100 figures behind each entry): ``evict_first`` up to 4
+    times the L2, above it ``evict_last`` except for the rowwise operand alone with a given amax or RHT and both
+    operands with RHT; no hint off CUDA."""
+    nv = importlib.import_module("fast.quant.nvfp4")
+    l2 = 50 << 20
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(L2_cache_size=l2))
+
+    defaults = {"usage": "both", "block": "1x16", "amax_scope": "tensor", "rht": False, "rounding": "rne",
+                "scale_rule": "te", "zero_scale": "flt_max"}  # fmt: skip
+
+    def hint(elements: int, device: str = "cuda", **settings: Any) -> str:
+        x = types.SimpleNamespace(device=torch.device(device), numel=lambda: elements, element_size=lambda: 2)
+        return nv._store_eviction(x, nv._Settings(**{**defaults, **settings}))
+
+    small, large = 2 * l2 // 2, 4 * l2 // 2 + 1  # elements of 2 bytes: at most and just above 4 x the L2
+    assert hint(large, device="cpu") == ""
+    for usage in ("rowwise", "columnwise", "both"):
+        for rht in (False, True):
+            for given in ("computed", "given"):
+                assert hint(small, usage=usage, rht=rht, amax_source=given) == "evict_first"
+                first = (rht and usage != "columnwise") or (given == "given" and usage == "rowwise")
+                expected = "evict_first" if first else "evict_last"
+                assert hint(large, usage=usage, rht=rht, amax_source=given) == expected, (usage, rht, given)
 
 
 _GLUON_STORES_PROGRAM = """
