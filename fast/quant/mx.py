@@ -19,10 +19,7 @@ low nibble.  Scales have TransformerEngine's padded shapes: rowwise ``[round_up(
 round_up(K / 32, 4)]``, columnwise ``[round_up(M / 32, 4), round_up(K, 128)]``; ``compact`` is the
 row-major matrix, ``swizzled`` the cuBLAS 128x4 layout (``fast/layout.py``; the columnwise matrix is
 swizzled as its transpose ``[K, M / 32]``) written by the kernel directly.  Padding bytes are zero in
-``swizzled`` (the contract's) and left unwritten in ``compact`` (don't-care in the contract, and not written by
-TransformerEngine's quantizer): zeroing them took a memset of the whole scale buffer (H100, bfloat16, MXFP8: [8160,
-7168] 3-7% of the call, [1056, 7168] 15-27%, ``fast.group`` on 8 uneven experts 2-3%; ``docs/performance.md``,
-2026-11-27 eighth session).
+both layouts (the contract leaves them free in ``compact``).
 
 The kernel
 ----------
@@ -1363,7 +1360,7 @@ def _torch_path(x2: torch.Tensor, plan: _Plan, outputs: dict[str, torch.Tensor])
 
 
 def _store_scales_torch(scale: torch.Tensor, out: torch.Tensor, plan: _Plan, *, transpose: bool) -> None:
-    """Write the logical scale matrix into the padded buffer, compact (padding untouched) or swizzled."""
+    """Write the logical scale matrix into the (zeroed) padded buffer, compact or swizzled."""
     if plan.swizzled:
         source = scale.t() if transpose else scale
         out.view(-1).copy_(fast.layout.scale_swizzle(source)["swizzled"].view(-1))
@@ -1404,8 +1401,7 @@ def mx(
     ``data_columnwise`` (``uint8`` in ``x``'s shape, FP4 with ``K / 2`` bytes per row, element ``2i`` in
     the low nibble; columnwise not transposed) and ``scale_rowwise`` ``[round_up(M, 128),
     round_up(K / 32, 4)]`` / ``scale_columnwise`` ``[round_up(M / 32, 4), round_up(K, 128)]`` (``uint8``
-    E8M0; ``compact`` row-major, padding unwritten, or ``swizzled`` 128x4, padding zero), for the directions
-    ``usage`` asks.
+    E8M0; ``compact`` row-major or ``swizzled`` 128x4, padding zero), for the directions ``usage`` asks.
 
     Edge cases
     ----------
@@ -1429,24 +1425,21 @@ def mx(
 
 
 def _allocate(x: torch.Tensor, plan: _Plan) -> dict[str, torch.Tensor]:
-    """Output buffers; swizzled scale buffers with padding are zeroed, the rest are written by the quantizer
-    (compact padding is left as allocated)."""
+    """Output buffers; scale buffers are zeroed (padding), data buffers are fully written."""
     data_shape = (*x.shape[:-1], plan.cols // 2 if plan.fmt.bits == 4 else plan.cols)
     out: dict[str, torch.Tensor] = {}
     if plan.rowwise:
         out["data_rowwise"] = torch.empty(data_shape, dtype=torch.uint8, device=x.device)
-        out["scale_rowwise"] = _scale_buffer(plan, plan.row_scale_shape, (plan.rows, plan.cols // BLOCK_SIZE), x.device)
+        out["scale_rowwise"] = _scale_buffer(plan.row_scale_shape, (plan.rows, plan.cols // BLOCK_SIZE), x.device)
     if plan.columnwise:
         out["data_columnwise"] = torch.empty(data_shape, dtype=torch.uint8, device=x.device)
-        out["scale_columnwise"] = _scale_buffer(
-            plan, plan.col_scale_shape, (plan.rows // BLOCK_SIZE, plan.cols), x.device
-        )
+        out["scale_columnwise"] = _scale_buffer(plan.col_scale_shape, (plan.rows // BLOCK_SIZE, plan.cols), x.device)
     return out
 
 
-def _scale_buffer(plan: _Plan, shape: tuple[int, int], logical: tuple[int, int], device_: torch.device) -> torch.Tensor:
-    """A scale buffer: zeroed where the swizzled layout has padding, else ``empty`` (compact padding is don't-care)."""
-    if shape == logical or not plan.swizzled:
+def _scale_buffer(shape: tuple[int, int], logical: tuple[int, int], device_: torch.device) -> torch.Tensor:
+    """A scale buffer: ``empty`` when the logical matrix fills it (no padding), else zeroed."""
+    if shape == logical:
         return torch.empty(shape, dtype=torch.uint8, device=device_)
     return torch.zeros(shape, dtype=torch.uint8, device=device_)
 

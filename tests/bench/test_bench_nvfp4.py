@@ -35,6 +35,9 @@ pytestmark = [
 ]
 Measure = Callable[..., dict[str, Any]]
 SHAPE = (8192, 8192)
+LARGE = (32768, 7168)
+"""The grouped benchmarks' total (``test_bench_group.py``): 448 MiB, 4.5 times the H100's L2, above the size where
+the stores' L2 hint changes (``fast.quant.nvfp4._store_eviction``)."""
 FLT_MAX = torch.finfo(torch.float32).max
 
 
@@ -53,8 +56,8 @@ def triton_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
 
 
-def output_bytes(usage: str) -> int:
-    rows, cols = SHAPE
+def output_bytes(usage: str, shape: tuple[int, int] = SHAPE) -> int:
+    rows, cols = shape
     per_operand = rows * cols // 2 + rows * cols // 16 + 8
     return per_operand * (2 if usage == "both" else 1)
 
@@ -85,6 +88,21 @@ def test_triton_kernels(measure: Measure, x: torch.Tensor, variant: str) -> None
         one_read_bytes=input_bytes(x) + output_bytes(usage),
         implementation="fast.quant.nvfp4 (Triton, two passes)",
         shape="bf16_8192x8192",
+        variant=variant,
+    )
+
+
+@pytest.mark.parametrize("variant", ["rowwise", "columnwise", "both", "both 16x16"])
+def test_triton_kernels_large(measure: Measure, variant: str) -> None:
+    """The same variants on a bfloat16 ``LARGE`` matrix (normal values)."""
+    x = (torch.randn(LARGE, device="cuda", generator=torch.Generator("cuda").manual_seed(0)) * 64).bfloat16()
+    params = VARIANTS[variant]
+    measure(
+        lambda: functools.partial(nvfp4, x, **params),
+        bytes_moved=2 * input_bytes(x) + output_bytes(params["usage"], LARGE),
+        one_read_bytes=input_bytes(x) + output_bytes(params["usage"], LARGE),
+        implementation="fast.quant.nvfp4 (Triton, two passes)",
+        shape="bf16_32768x7168",
         variant=variant,
     )
 

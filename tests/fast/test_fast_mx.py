@@ -2,8 +2,8 @@
 Triton's interpreter, small shapes) against the NumPy reference, the kernel's rounding core over every bfloat16
 value, path selection and argument checks.
 
-Comparisons honour the reference's don't-care masks (compact scale padding, which ``fast`` leaves unwritten, and
-elements of blocks whose scale is NaN); swizzled padding is zero in both, compared byte for byte.
+Comparisons honour the reference's don't-care masks (compact scale padding, elements of blocks whose scale
+is NaN); ``fast`` zero-fills scale padding, which is checked separately.
 """
 
 from __future__ import annotations
@@ -70,6 +70,8 @@ def assert_conforms(got: dict[str, torch.Tensor], expected: dict[str, np.ndarray
                 f"{name}{list(i)}=0x{int(value[i]):02x}, but reference gives 0x{int(want[i]):02x}; "
                 f"{len(bad)} of {want.size} differ [{what}]"
             )
+        if name.startswith("scale"):
+            assert not value[expected[f"{name}_dont_care"]].any(), f"{name}: padding not zeroed [{what}]"
 
 
 # %% Torch path and kernel against the reference
