@@ -57,7 +57,7 @@ from fast.quant.mx import _stages_row_scales as _stages_mx_row_scales
 from fast.quant.mx import _Tile as _MxTile
 from fast.quant.mx import quantize_tile as mx_tile
 from fast.quant.mx import unstage_tiles as mx_unstage_tiles
-from fast.quant.nvfp4 import _global_scales, _kept_bytes, _store_eviction
+from fast.quant.nvfp4 import _global_scales, _kept_bytes, _near_l2, _store_eviction
 from fast.quant.nvfp4 import _Launch as _NvLaunch
 from fast.quant.nvfp4 import _launch_options as _nv_launch_options
 from fast.quant.nvfp4 import _programs as _nv_programs
@@ -603,8 +603,9 @@ def _launch_grouped_amax(
 ) -> None:
     """Each member's ``max|x|`` (NaN ignored) as int32 bits into ``amax_bits[:n]`` (table rows 0 and 1: element
     offsets and cumulative :func:`_amax_chunks`).  The single quantizer's cache policy: with ``kept_bytes``
-    (NVFP4: 30-45% of L2, ``_kept_bytes``, for its quantize pass, which reads those tiles first) the last chunks are
-    loaded evict-last and the rest evict-first; without (FP8), every chunk with the default policy."""
+    (NVFP4's rowwise operand alone: 45% of L2, ``_kept_bytes``, for its quantize pass, which reads those tiles
+    first) the last chunks are loaded evict-last and the rest evict-first; without (FP8, NVFP4 with a columnwise
+    operand), every chunk with the default policy."""
     block, num_warps, per_sm = AMAX_CHUNK
     sizes = [m * k for m, k in shapes]
     chunks = sum(_amax_chunks(shapes))
@@ -680,7 +681,11 @@ def _nvfp4_grouped(
     both in 16 x 16 tiles 0.5656 -> 0.4919; 8 uneven experts (1056 and 8160 rows among them: transposed rows 16
     bytes off a sector) columnwise 0.4401 -> 0.4137, both 0.5926 -> 0.5607; 8 x [1024, 7168] (``evict_first``)
     rowwise 0.1070 -> 0.1032, columnwise 0.1097 -> 0.1059.  M first alone, on 8 uneven experts with
-    ``evict_last``: columnwise 0.4273 -> 0.4140, both 0.5707 -> 0.5656 (``docs/bench/2026-11-27h-h100/``).
+    ``evict_last``: columnwise 0.4273 -> 0.4140, both 0.5707 -> 0.5656 (``docs/bench/2026-11-27h-h100/``).  So above 4
+    x the L2 the amax pass keeps nothing there for a columnwise operand (the single quantizer's 30% of L2 at the
+    buffer's end, which K-first tiles walked in reverse read first, against none; same session, ``kept_ab.json``): 8
+    x [4096, 7168] both 0.5359 -> 0.5308 ms, columnwise 0.4050 -> 0.3987, uneven experts both 0.5636 -> 0.5585,
+    columnwise 0.4131 -> 0.4068; but 8 x [1024, 7168] both 0.1426 -> 0.1498, so smaller buffers keep it.
     """
     n, device = len(shapes), data.device
     rowwise, columnwise = usage != "columnwise", usage != "rowwise"
@@ -710,7 +715,7 @@ def _nvfp4_grouped(
     dummy = amax_bits
     with quiet_interpreter(device):
         if sum(tiles):
-            _launch_grouped_amax(data, amax_bits, table, members, shapes, 16, _kept_bytes(data, columnwise))
+            _launch_grouped_amax(data, amax_bits, table, members, shapes, 16, _grouped_kept_bytes(data, columnwise))
             words = data if data.storage_offset() % 2 == 0 else data.clone()
             words = words.view({1: torch.int16, 2: torch.int32, 4: torch.int64}[data.element_size()])
             jit(_grouped_nvfp4_kernel)[(_nv_programs(data, sum(tiles), launch.programs_per_sm),)](
@@ -722,6 +727,15 @@ def _nvfp4_grouped(
                 STORE_EVICTION=_store_eviction(data, settings), **_resident_options(data, launch, usage, block, even),
             )  # fmt: skip
     return {name: value.view(torch.float32) if name.endswith("amax") else value for name, value in out.items()}
+
+
+def _grouped_kept_bytes(data: torch.Tensor, columnwise: bool) -> int:
+    """What the grouped NVFP4 amax pass keeps of the buffer's end in L2 (``fast.quant.nvfp4._kept_bytes``), except
+    nothing for a columnwise operand above 4 times the L2: its tiles run M first, so the first ones span the last
+    member's rows rather than the buffer's end (H100 figures in :func:`_nvfp4_grouped`)."""
+    if columnwise and data.device.type == "cuda" and not _near_l2(data):
+        return 0
+    return _kept_bytes(data, columnwise)
 
 
 def _resident_options(data: torch.Tensor, launch: _NvLaunch, usage: str, block: str, even: bool) -> dict[str, Any]:

@@ -1841,6 +1841,13 @@ def _kept_bytes(x: torch.Tensor, columnwise: bool) -> int:
     return int((0.3 if columnwise else 0.45) * torch.cuda.get_device_properties(x.device).L2_cache_size)
 
 
+def _near_l2(x: torch.Tensor) -> bool:
+    """Whether CUDA ``x`` is at most 4 times its GPU's L2: the size up to which the quantize pass's stores are hinted
+    ``evict_first`` (:func:`_store_eviction`), and up to which ``fast.group``'s amax pass keeps the end of the buffer
+    in L2 for a columnwise operand."""
+    return x.numel() * x.element_size() <= 4 * torch.cuda.get_device_properties(x.device).L2_cache_size
+
+
 def _store_eviction(x: torch.Tensor, s: _Settings) -> str:
     """The L2 hint of the quantize kernels' data and scale stores (:func:`quantize_tile`).  ``evict_first`` (the
     written bytes leave L2 first; after a computed amax, before the input the amax pass kept there) when ``x`` is at
@@ -1860,7 +1867,7 @@ def _store_eviction(x: torch.Tensor, s: _Settings) -> str:
     0.1083, columnwise 0.1083 -> 0.1116)."""
     if x.device.type != "cuda":
         return ""
-    if x.numel() * x.element_size() <= 4 * torch.cuda.get_device_properties(x.device).L2_cache_size:
+    if _near_l2(x):
         return "evict_first"
     if s.columnwise:
         return "evict_first" if s.rht and s.rowwise else "evict_last"
