@@ -8,6 +8,7 @@ member counts and shapes.  Argument errors must name the member and the constrai
 from __future__ import annotations
 
 import math
+import types
 from typing import Any
 
 import numpy as np
@@ -233,6 +234,23 @@ def test_grouped_kernels_on_whole_tiles(
     kwargs = {"num_members": 3, "first_dims": first_dims, "last_dims": last_dims, "recipe": recipe, "block": block,
               "scale_layout": scale_layout, "usage": usage, "x_dtype": "bfloat16"}  # fmt: skip
     assert_matches(quantize(tensor, **kwargs), reference.group.quantize(carrier, **kwargs), str(kwargs))
+
+
+def test_grouped_nvfp4_keeps_nothing_in_l2_for_a_large_columnwise_operand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_grouped_kept_bytes``: the single quantizer's share of L2 (``fast.quant.nvfp4._kept_bytes``) for the rowwise
+    operand alone and for buffers up to 4 times the L2; none for a columnwise operand above that (its tiles run M
+    first; H100 figures in ``_nvfp4_grouped``'s docstring); the interpreter keeps none either way."""
+    l2 = 50 << 20
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(L2_cache_size=l2))
+
+    def buffer(nbytes: int, device: str = "cuda") -> Any:
+        return types.SimpleNamespace(device=torch.device(device), numel=lambda: nbytes // 2, element_size=lambda: 2)
+
+    small, large = buffer(4 * l2), buffer(4 * l2 + 2)
+    assert fast.group._grouped_kept_bytes(small, columnwise=True) == int(0.3 * l2)
+    assert fast.group._grouped_kept_bytes(large, columnwise=True) == 0
+    assert fast.group._grouped_kept_bytes(large, columnwise=False) == int(0.45 * l2)
+    assert fast.group._grouped_kept_bytes(buffer(4 * l2 + 2, "cpu"), columnwise=True) == 0
 
 
 def test_grouped_mxfp8_stages_row_scales(monkeypatch: pytest.MonkeyPatch) -> None:
