@@ -2,7 +2,8 @@
 # One check-and-benchmark pass on a CUDA machine (the device tool's H100), in one call.
 # Order puts what must come back first; each step is time-boxed:
 #   1. install the carried wheels (.whl: qconform's metadata, pure-Python test deps)
-#   2. conformance runs of $BACKENDS (default: fast torch) at $PROFILE (default: default), each in $SHARDS
+#   2. conformance runs of $BACKENDS (default: fast torch) at $PROFILE (default: default) and $SEED (default: 0, the
+#      reproducible cases; another seed fuzzes new ones), each in $SHARDS
 #      parallel shards (default 1) merged into one report; a shard cut by $RUN_S runs again one contract a process
 #   3. GPU tests and benchmarks (tests/gpu/run_gpu_pass.sh)
 #   4. exhaustive sweeps of the rows selected by $SWEEP_SPEC and $SWEEP_WHERE, at most $SWEEP_S seconds
@@ -26,7 +27,7 @@ for backend in ${BACKENDS:-fast torch}; do
   start=$(date +%s)
   for i in $(seq 1 "$SHARDS"); do
     timeout "${RUN_S:-300}" python3 -m conformance.cli run --backend "$backend" --profile "${PROFILE:-default}" \
-      --spec "${SPEC:-*}" --shard "$i/$SHARDS" --report "reports/$backend-$i" --quiet > "reports/$backend-$i.log" 2>&1 &
+      --seed "${SEED:-0}" --spec "${SPEC:-*}" --shard "$i/$SHARDS" --report "reports/$backend-$i" --quiet > "reports/$backend-$i.log" 2>&1 &
   done
   wait
   # A shard that ran past RUN_S (a cold cache compiles every kernel variant) is run again in pieces, one contract a
@@ -36,7 +37,7 @@ for backend in ${BACKENDS:-fast torch}; do
     echo "$backend: shard $i/$SHARDS did not finish in ${RUN_S:-300} s; again, one contract a process"
     python3 -c 'import sys; from conformance.registry import load_specs; print(*(s.contract for s in load_specs(sys.argv[1])))' \
       "${SPEC:-*}" | tr ' ' '\n' | xargs -P "${RETRY_PARALLEL:-16}" -I{} sh -c "timeout ${RETRY_S:-${RUN_S:-300}} \
-        python3 -m conformance.cli run --backend $backend --profile ${PROFILE:-default} --spec {} --shard $i/$SHARDS \
+        python3 -m conformance.cli run --backend $backend --profile ${PROFILE:-default} --seed ${SEED:-0} --spec {} --shard $i/$SHARDS \
         --report reports/$backend-$i-{} --quiet > reports/$backend-$i-{}.log 2>&1"
   done
   python3 -m conformance.cli report merge --report "reports/$backend" reports/"$backend"-*/report.json \
