@@ -53,12 +53,12 @@ All the float arithmetic is the contract's, in float32: IEEE divisions and recip
 launch: an FMA would skip the rounding of a product).  Compiled, round to nearest makes two E2M1 codes
 per float16x2 sequence (:func:`_e2m1_pairs`: the float32 product rounded to odd at float16's precision,
 so that rounding it again is exact) and the E4M3 block scale is the hardware's saturating conversion
-(:func:`_e4m3_scale`); interpreted (and wherever a tile's layout does not suit the packs of 4), the
-integer bit arithmetic of :func:`e2m1_rne` (three candidate roundings by float32 magic-number additions
-and their minimum) and ``_e4m3_rne`` (bit rounding in place).  Stochastic rounding with uint8 random bits is
-:func:`_e2m1_stochastic` (floors by ``fma.rm`` / ``add.rm``), with uint32 bits and interpreted
-``fast._triton.round_to_code``.  (H100, bfloat16 8192 x 8192, both operands: 38 -> 30 SASS instructions
-per element in Triton 3.6's sm_90 code, 168 registers.)
+(:func:`_e4m3_scale`); the 16 x 16 tiles' columnwise bytes pair the nibbles of the rowwise ones anew
+(:func:`_store_columns`).  Interpreted, the integer bit arithmetic of :func:`e2m1_rne` (three candidate
+roundings by float32 magic-number additions and their minimum) and ``_e4m3_rne`` (bit rounding in place).
+Stochastic rounding with uint8 random bits is :func:`_e2m1_stochastic` (floors by ``fma.rm`` / ``add.rm``), with
+uint32 bits and interpreted ``fast._triton.round_to_code``.  (H100, bfloat16 8192 x 8192, both operands: 38 -> 30
+SASS instructions per element in Triton 3.6's sm_90 code, 168 registers.)
 
 Paths
 -----
@@ -501,7 +501,6 @@ def _quantize_tile(
     RULE: tl.constexpr,
     ZERO_ENC: tl.constexpr,
     SANITIZE: tl.constexpr,
-    PAIRS: tl.constexpr,
     STORE_EVICTION: tl.constexpr,
 ):
     """Scales, codes and packed bytes of one ``[BR, BC]`` tile of an ``[n_rows, n_cols]`` operand whose scale rows
@@ -511,11 +510,9 @@ def _quantize_tile(
     units (bytes, blocks) of 16-element steps (``n_rows``, ``n_cols``, ``row0``, ``col0`` are multiples of 16), a
     form Triton's alignment analysis sees constant over a vector of bytes (``col0 + 2 * d < n_cols`` made every
     byte a store of its own: 72 ``st.global.b8`` a thread for both operands, and 215 registers against 168 in
-    ``fast.group``'s grouped kernel, Triton 3.6 for sm_90).  ``PAIRS``: round to nearest by
-    :func:`_e2m1_pairs` (off where the codes themselves are needed: the 16 x 16 tiles' shared rounding).  Returns
-    the E2M1 codes (as :func:`_e2m1_rne_raw` leaves them; the scaled values with ``PAIRS``) and the E4M3 scale
-    codes (``[BR / 16, BC / 16]`` with ``TILE_2D``, else ``[BR, BC / 16]``), which the transposed operand of 16 x
-    16 tiles shares.
+    ``fast.group``'s grouped kernel, Triton 3.6 for sm_90).  Round to nearest is :func:`_e2m1_pairs`'s.  Returns
+    the packed bytes ``[BR, BC / 2]`` and the E4M3 scale codes (``[BR / 16, BC / 16]`` with ``TILE_2D``, else
+    ``[BR, BC / 16]``), which the transposed operand of 16 x 16 tiles shares.
     """
     r = tl.arange(0, BR)
     c = tl.arange(0, BC)
@@ -553,20 +550,16 @@ def _quantize_tile(
 
     # Elements.
     scaled = tl.reshape(tl.reshape(values, [BR, BC // 16, 16]) * encode[:, :, None], [BR, BC])
-    q = scaled  # the codes below, unless PAIRS
-    if ROUNDING == 0 and PAIRS:
+    if ROUNDING == 0:
         low, high = tl.split(tl.reshape(scaled, [BR, BC // 2, 2]))
         packed = _e2m1_pairs(low, high)
     else:
-        if ROUNDING == 0:
-            q = _e2m1_rne_raw(scaled)  # the code in the low 4 bits: the bytes below add, not or
+        e_pointers = random_ptr + row_base * n_cols + (r[:, None] * n_cols + (col0 + c)[None, :])
+        if EVEN:
+            random = tl.load(e_pointers)
         else:
-            e_pointers = random_ptr + row_base * n_cols + (r[:, None] * n_cols + (col0 + c)[None, :])
-            if EVEN:
-                random = tl.load(e_pointers)
-            else:
-                random = tl.load(e_pointers, mask=row_ok[:, None] & ((col0 + c) < n_cols)[None, :], other=0)
-            q = _e2m1_stochastic(scaled, random.to(tl.int32), RANDOM_BITS)
+            random = tl.load(e_pointers, mask=row_ok[:, None] & ((col0 + c) < n_cols)[None, :], other=0)
+        q = _e2m1_stochastic(scaled, random.to(tl.int32), RANDOM_BITS)
         low, high = tl.split(tl.reshape(q, [BR, BC // 2, 2]))
         packed = (low + (high << 4)).to(tl.uint8)
     d = tl.arange(0, BC // 2)
@@ -580,7 +573,7 @@ def _quantize_tile(
             mask=row_ok[:, None] & ((col0 // 2 + d) < n_cols // 2)[None, :],
             eviction_policy=STORE_EVICTION,
         )
-    return q, tile_code
+    return packed, tile_code
 
 
 @device
@@ -709,9 +702,19 @@ def _quantize_columns(
             random = tl.load(e_pointers, mask=col_ok[None, :] & ((row0 + r) < M)[:, None], other=0)
         q = _e2m1_stochastic(scaled, random.to(tl.int32), RANDOM_BITS)
     _store_columns(
-        q, code, row0, col0, M, K, scale_stride, data_ptr, scales_ptr, BM, BK, EVEN, ALIGNED, ROUNDING == 0,
+        q, code, row0, col0, M, K, scale_stride, data_ptr, scales_ptr, BM, BK, EVEN, ALIGNED, 1 if ROUNDING == 0 else 0,
         STORE_EVICTION,
     )  # fmt: skip
+
+
+@device
+def _row_pairs(words, BM: tl.constexpr, N: tl.constexpr):
+    """Rows ``2i`` and ``2i + 1`` of int32 ``words [BM, N]``, each ``[BM / 2, N]``: integer sums over an axis of 2 pick
+    them out (no split, which would need a layout with the pair in one thread; the sums keep the tile's, and x + 0 is
+    x)."""
+    pairs = tl.reshape(words, [BM // 2, 2, N])
+    first = (tl.arange(0, 2) == 0)[None, :, None]
+    return tl.sum(tl.where(first, pairs, 0), axis=1), tl.sum(tl.where(first, 0, pairs), axis=1)
 
 
 @device
@@ -729,16 +732,19 @@ def _store_columns(
     BK: tl.constexpr,
     EVEN: tl.constexpr,
     ALIGNED: tl.constexpr,
-    PAIRS: tl.constexpr,
+    FORM: tl.constexpr,
     STORE_EVICTION: tl.constexpr,
 ):
     """Store the columnwise operand of one ``[BM, BK]`` tile of ``x``: E2M1 codes of ``q [BM, BK]`` as bytes of row
-    pairs into ``[K, M / 2]``, E4M3 codes ``[BM / 16, BK]`` into ``[K, M / 16]`` with rows ``scale_stride`` bytes
-    apart (``M / 16``, which whole tiles make a multiple of ``BM / 16``, or TE's padded ``round_up(M / 16, 4)``,
-    equal to it then).  ``q``: with ``PAIRS`` the scaled float32 values, rounded to nearest here by
-    :func:`_e2m1_pairs`, else the codes (in the low 4 bits, zeros from bit 4 to 17: stochastic rounding, or the
-    16 x 16 tiles' codes shared with the rowwise operand).  ``EVEN``: the tile is whole (no masks), else masks in
-    blocks and bytes, as :func:`_quantize_tile`'s; ``ALIGNED``: so is every tile of the operand."""
+    pairs into ``[K, M / 2]``, E4M3 codes ``[BM / 16, BK]`` into ``[K, M / 16]`` with rows ``scale_stride`` bytes apart
+    (``M / 16``, which whole tiles make a multiple of ``BM / 16``, or TE's padded ``round_up(M / 16, 4)``, equal to it
+    then).  ``q`` by ``FORM``: 0, the codes (in the low 4 bits, zeros from bit 4 to 17: stochastic rounding); 1, the
+    scaled float32 values, rounded to nearest here by :func:`_e2m1_pairs`; 2, the rowwise bytes ``[BM, BK / 2]`` of the
+    same codes (16 x 16 tiles: ``x.T``'s codes are ``x``'s), whose nibbles pair anew, so that the shared codes come from
+    :func:`_e2m1_pairs` rather than from the 8 float32 instructions an element of :func:`_e2m1_rne_raw`: H200, bfloat16
+    8192 x 8192, both operands in 16 x 16 tiles 0.1228 / 0.1229 / 0.1225 -> 0.1210 / 0.1215 / 0.1210 ms in three
+    runs, outputs byte-equal (``docs/performance.md``, 2026-12-03).  ``EVEN``: the tile is whole (no masks), else
+    masks in blocks and bytes, as :func:`_quantize_tile`'s; ``ALIGNED``: so is every tile of the operand."""
     c = tl.arange(0, BK)
     g = tl.arange(0, BM // 16)
     j = tl.arange(0, BM // 2)
@@ -757,14 +763,16 @@ def _store_columns(
             mask=col_ok[None, :] & ((row0 // 16 + g) < M // 16)[:, None],
             eviction_policy=STORE_EVICTION,
         )
-    if PAIRS:
-        # Rows 2i and 2i + 1 make byte i: integer sums over an axis of 2 pick them out (no split, which would need
-        # a layout with the pair in one thread; the sums keep the tile's, and x + 0 is x).
-        pairs = tl.reshape(q.to(tl.int32, bitcast=True), [BM // 2, 2, BK])
-        first = (tl.arange(0, 2) == 0)[None, :, None]
-        low = tl.sum(tl.where(first, pairs, 0), axis=1).to(tl.float32, bitcast=True)
-        high = tl.sum(tl.where(first, 0, pairs), axis=1).to(tl.float32, bitcast=True)
-        packed = _e2m1_pairs(low, high)
+    if FORM == 1:
+        low, high = _row_pairs(q.to(tl.int32, bitcast=True), BM, BK)
+        packed = _e2m1_pairs(low.to(tl.float32, bitcast=True), high.to(tl.float32, bitcast=True))
+    elif FORM == 2:
+        # Byte j of a row holds columns 2j and 2j + 1: column 2j's byte is the two rows' low nibbles, 2j + 1's their
+        # high ones.
+        top, bottom = _row_pairs(q.to(tl.int32), BM, BK // 2)
+        even = (top & 15) | ((bottom & 15) << 4)
+        odd = (top >> 4) | (bottom & 0xF0)
+        packed = tl.reshape(tl.join(even, odd), [BM // 2, BK]).to(tl.uint8)
     else:
         # Rows 2i and 2i + 1 make byte i: a sum over an axis of 2 (no split, which would need the pair in one thread).
         shift = (tl.arange(0, 2) * 4)[None, :, None]
@@ -1226,7 +1234,7 @@ def _operands_tile(
     col0 = (tile % tiles_k) * BK
     values = _column_values(x_ptr, tile, M, K, INPUT, ROWWISE, RHT, BM, BK, EVEN, "evict_first")
     if ROWWISE:
-        q, tile_code = _quantize_tile(
+        packed, tile_code = _quantize_tile(
             values,
             row0,
             col0,
@@ -1250,14 +1258,13 @@ def _operands_tile(
             RULE,
             ZERO_ENC,
             SANITIZE,
-            not SHARED,
             STORE_EVICTION,
         )
     if COLUMNWISE and SHARED:
         # 16 x 16 tiles, no RHT, round to nearest: x.T has the same tile scales and codes as x (transposed).
         code = tl.reshape(tl.broadcast_to(tile_code[:, :, None], [BM // 16, BK // 16, 16]), [BM // 16, BK])
         _store_columns(
-            q,
+            packed,
             code,
             row0,
             col0,
@@ -1270,7 +1277,7 @@ def _operands_tile(
             BK,
             EVEN,
             ALIGNED,
-            False,
+            2,
             STORE_EVICTION,
         )
     elif COLUMNWISE:
