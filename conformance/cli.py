@@ -26,6 +26,8 @@ from conformance.bundle import describe, verify_bundle, write_bundle
 from conformance.case import Case, decode_token
 from conformance.errors import BackendError, QConformError
 from conformance.expr import check_expression
+from conformance.parallel import WorkerConfig, run_parallel
+from conformance.progress import Progress
 from conformance.registry import PROFILE_DEFAULTS, PROFILES, load_specs
 from conformance.report import (
     BAD_STATUSES,
@@ -41,7 +43,7 @@ from conformance.report import (
     summary_line,
     write_reports,
 )
-from conformance.runner import STATUSES, ComboResult, Runner
+from conformance.runner import STATUSES, ComboResult, Runner, select_rows
 from conformance.shard import parse_shard
 from conformance.vectors import check_vectors, export_vectors, load_index
 from conformance.worker import InProcessBackend, IsolatedBackend
@@ -68,7 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--shard", metavar="I/N", help="run only shard I of N (1 <= I <= N) of the rows; see shard.py")
     run.add_argument("--report", type=Path, help="directory for report.json, report.md, report.html and junit.xml")
     _add_backend_process_options(run)
-    run.add_argument("--quiet", action="store_true", help="no progress lines")
+    run.add_argument("--jobs", type=_positive_int, default=1, metavar="N",
+                     help="run rows in N worker processes, each with its own backend (default 1)")  # fmt: skip
+    run.add_argument("--quiet", action="store_true", help="no progress bar or lines")
 
     replay = sub.add_parser("replay", help="replay one counterexample (a qc1: token or a case .json file)")
     replay.add_argument("--backend", default="fast")
@@ -100,6 +104,16 @@ def _parser() -> argparse.ArgumentParser:
     _add_backend_process_options(check)
     check.add_argument("-v", "--verbose", action="store_true", help="a line for every case, not only the bad ones")
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
 
 
 def _add_backend_process_options(parser: argparse.ArgumentParser) -> None:
@@ -164,10 +178,23 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if journal is not None:
             journal.add(records[-1])
 
+    rows = select_rows(specs, args.where, shard)
+    progress = Progress(len(rows), quiet=args.quiet)
+
+    def done(result: ComboResult) -> None:
+        finished(result)
+        progress.row(result)
+
     try:
-        Runner(handle, profile=args.profile, seed=args.seed, progress=log).run(specs, args.where, shard, finished)
+        if args.jobs > 1:
+            handle.close()  # the workers start their own
+            config = WorkerConfig(args.backend, args.isolation, args.timeout, args.profile, args.seed)
+            run_parallel(rows, config, args.jobs, done)
+        else:
+            Runner(handle, profile=args.profile, seed=args.seed, progress=progress.note).run_rows(rows, done)
     finally:
         handle.close()
+        progress.close()
     duration = (dt.datetime.now(dt.timezone.utc) - started).total_seconds()
     run.update(complete=True, duration_s=round(duration, 3))
     report = assemble([run], specs_seen, records, args.report)

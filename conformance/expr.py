@@ -11,6 +11,7 @@ operators, conditional expressions (``a if cond else b``), lists/tuples and
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import operator
 from collections.abc import Callable, Iterable, Mapping
@@ -55,7 +56,9 @@ class _Shape:
         self.ndim = len(shape)
 
 
+@functools.lru_cache(maxsize=4096)
 def _parse(source: str) -> ast.Expression:
+    """The checked syntax tree of an expression (parsed once per process: rows evaluate the same few)."""
     try:
         tree = ast.parse(str(source), mode="eval")
     except SyntaxError as exc:

@@ -25,6 +25,8 @@ import hashlib
 import importlib
 import itertools
 import json
+import marshal
+import os
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -285,6 +287,10 @@ def _schema_validator() -> jsonschema.protocols.Validator:
     return jsonschema.Draft202012Validator(schema)
 
 
+_LOADER: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader where PyYAML was built with it (about 25 times faster), the pure-Python one otherwise."""
+
+
 def _line_of(node: yaml.Node | None, path: Sequence[Any]) -> int | None:
     """1-based line of the YAML node at ``path`` (or of its nearest existing parent)."""
     line = None if node is None else node.start_mark.line + 1
@@ -301,28 +307,73 @@ def _line_of(node: yaml.Node | None, path: Sequence[Any]) -> int | None:
     return line
 
 
-def _fail(path: Path, node: yaml.Node | None, keys: Sequence[Any], message: str) -> SpecError:
+def _fail(path: Path, text: str, keys: Sequence[Any], message: str) -> SpecError:
+    """A ``SpecError`` at ``path:line``; the node tree that gives the line is composed only now, for the error."""
     where = ".".join(str(k) for k in keys) or "<top>"
-    line = _line_of(node, keys)
+    line = _line_of(yaml.compose(text, Loader=_LOADER), keys)
     return SpecError(f"{path}:{line}: {where}: {message}")
 
 
 def load_spec(path: Path) -> Spec:
-    """Load and validate one spec file."""
+    """Load and validate one spec file (parsed once, with libyaml where present; cached per file contents)."""
     text = path.read_text()
+    return _load_text(path, text)
+
+
+@functools.lru_cache(maxsize=256)
+def _load_text(path: Path, text: str) -> Spec:
+    sha256 = hashlib.sha256(text.encode()).hexdigest()
+    raw = _cached_parse(sha256)
+    if raw is None:
+        try:
+            raw = yaml.load(text, Loader=_LOADER)
+        except yaml.YAMLError as exc:
+            raise SpecError(f"{path}: not valid YAML: {exc}") from None
+        if not isinstance(raw, dict):
+            raise SpecError(f"{path}:1: <top>: expected a mapping of spec keys, got {type(raw).__name__}")
+        error = jsonschema.exceptions.best_match(_schema_validator().iter_errors(raw))
+        if error is not None:
+            raise _fail(path, text, list(error.absolute_path), _describe(error))
+        _store_parse(sha256, raw)
+    _check_semantics(path, text, raw)
+    return Spec(path, raw, sha256)
+
+
+def _cache_file(sha256: str) -> Path | None:
+    """Where the parsed, schema-valid form of a spec text is kept: ``QCONFORM_CACHE_DIR`` (default
+    ``~/.cache/qconform``), keyed by the text's and the schema's hashes; ``None`` when caching is off
+    (``QCONFORM_CACHE_DIR`` empty)."""
+    root = os.environ.get("QCONFORM_CACHE_DIR", str(Path.home() / ".cache" / "qconform"))
+    return Path(root) / "specs" / f"{sha256[:32]}-{_schema_sha256()[:16]}.marshal" if root else None
+
+
+@functools.cache
+def _schema_sha256() -> str:
+    return hashlib.sha256(_SCHEMA_PATH.read_bytes()).hexdigest()
+
+
+def _cached_parse(sha256: str) -> dict[str, Any] | None:
+    """The cached parse of a spec text (``marshal``: plain data only, nothing executes), or ``None``."""
+    path = _cache_file(sha256)
     try:
-        tree = yaml.compose(text, Loader=yaml.SafeLoader)
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(raw, dict):
-        raise SpecError(f"{path}:1: <top>: expected a mapping of spec keys, got {type(raw).__name__}")
-    error = jsonschema.exceptions.best_match(_schema_validator().iter_errors(raw))
-    if error is not None:
-        raise _fail(path, tree, list(error.absolute_path), _describe(error))
-    assert tree is not None  # a non-empty mapping was parsed above
-    _check_semantics(path, tree, raw)
-    return Spec(path, raw, hashlib.sha256(text.encode()).hexdigest())
+        raw = marshal.loads(path.read_bytes()) if path is not None else None
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    return raw if isinstance(raw, dict) else None
+
+
+def _store_parse(sha256: str, raw: dict[str, Any]) -> None:
+    """Keep the parse of a valid spec text for the next process; a cache that cannot be written is skipped."""
+    path = _cache_file(sha256)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_bytes(marshal.dumps(raw))
+        temporary.replace(path)
+    except (OSError, ValueError):
+        return
 
 
 def _describe(error: jsonschema.ValidationError) -> str:
@@ -333,43 +384,43 @@ def _describe(error: jsonschema.ValidationError) -> str:
     return f"{error.message} (schema rule: {error.validator})"
 
 
-def _check_semantics(path: Path, tree: yaml.Node, raw: Mapping[str, Any]) -> None:
+def _check_semantics(path: Path, text: str, raw: Mapping[str, Any]) -> None:
     expected_name = f"{raw['contract'].split('.')[1]}.yaml"
     if path.name != expected_name or path.parent.name != raw["contract"].split(".")[0]:
         raise _fail(
-            path, tree, ["contract"], f"{raw['contract']!r} must live in specs/{raw['contract'].replace('.', '/')}.yaml"
+            path, text, ["contract"], f"{raw['contract']!r} must live in specs/{raw['contract'].replace('.', '/')}.yaml"
         )
     params = raw.get("params") or {}
     members = {name for name, p in params.items() if "members" in p}
     for name, p in params.items():
         if "values" in p and p["default"] not in p["values"]:
-            raise _fail(path, tree, ["params", name, "default"], f"got {p['default']!r}, expected one of {p['values']}")
+            raise _fail(path, text, ["params", name, "default"], f"got {p['default']!r}, expected one of {p['values']}")
         if name in members:
-            _check_member_param(path, tree, name, p, params)
+            _check_member_param(path, text, name, p, params)
         elif "range" in p and not (p["range"][0] <= p["default"] <= p["range"][1]):
-            raise _fail(path, tree, ["params", name, "default"], f"got {p['default']!r}, expected within {p['range']}")
+            raise _fail(path, text, ["params", name, "default"], f"got {p['default']!r}, expected within {p['range']}")
     dims = raw.get("dims") or {}
     known = set(params) | set(dims) | set(raw["inputs"])
     for name, d in dims.items():
         for key in ("min", "max", "multiple_of"):
             if isinstance(d.get(key), str):
-                _check_expr(path, tree, ["dims", name, key], d[key], known, members)
+                _check_expr(path, text, ["dims", name, key], d[key], known, members)
     for i, c in enumerate(raw.get("constraints") or []):
-        _check_expr(path, tree, ["constraints", i], c, known, members)
+        _check_expr(path, text, ["constraints", i], c, known, members)
     for name, spec in raw["inputs"].items():
         if "when" in spec:
-            _check_expr(path, tree, ["inputs", name, "when"], spec["when"], set(params))
+            _check_expr(path, text, ["inputs", name, "when"], spec["when"], set(params))
         for i, entry in enumerate(spec["shape"]):
             dim = str(entry).lstrip("*")
             if isinstance(entry, str) and dim not in dims:
-                raise _fail(path, tree, ["inputs", name, "shape", i], f"dim {dim!r} is not declared under dims")
+                raise _fail(path, text, ["inputs", name, "shape", i], f"dim {dim!r} is not declared under dims")
             if isinstance(entry, str) and entry.startswith("*") != ("rank" in dims[dim]):
-                raise _fail(path, tree, ["inputs", name, "shape", i], f"'*{dim}' and dims.{dim}.rank go together")
+                raise _fail(path, text, ["inputs", name, "shape", i], f"'*{dim}' and dims.{dim}.rank go together")
         for i, dtype in enumerate(spec["dtypes"]):
             named = params.get(dtype[1:], {}).get("values") if dtype.startswith("$") else [dtype]
             if not named or any(d not in DTYPES for d in named):
                 raise _fail(
-                    path, tree, ["inputs", name, "dtypes", i], f"got {dtype!r}, expected a dtype or a $param of dtypes"
+                    path, text, ["inputs", name, "dtypes", i], f"got {dtype!r}, expected a dtype or a $param of dtypes"
                 )
         for i, vc in enumerate(spec["values"]):
             fmt = vc.get("format") if isinstance(vc, dict) else None
@@ -378,30 +429,28 @@ def _check_semantics(path: Path, tree: yaml.Node, raw: Mapping[str, Any]) -> Non
             ):
                 raise _fail(
                     path,
-                    tree,
+                    text,
                     ["inputs", name, "values", i, "format"],
                     f"got {fmt!r}, expected a format name or $param",
                 )
     for name, out in raw["outputs"].items():
         if out["dtype"] not in DTYPES and out["dtype"].removesuffix(".dtype") not in raw["inputs"]:
             expected = f"one of {sorted(DTYPES)} or <input>.dtype"
-            raise _fail(path, tree, ["outputs", name, "dtype"], f"got {out['dtype']!r}, expected {expected}")
-        _check_expr(path, tree, ["outputs", name, "shape"], out["shape"], known, members)
+            raise _fail(path, text, ["outputs", name, "dtype"], f"got {out['dtype']!r}, expected {expected}")
+        _check_expr(path, text, ["outputs", name, "shape"], out["shape"], known, members)
         if "when" in out:
-            _check_expr(path, tree, ["outputs", name, "when"], out["when"], set(params))
+            _check_expr(path, text, ["outputs", name, "when"], out["when"], set(params))
 
 
-def _check_member_param(
-    path: Path, tree: yaml.Node, name: str, p: Mapping[str, Any], params: Mapping[str, Any]
-) -> None:
+def _check_member_param(path: Path, text: str, name: str, p: Mapping[str, Any], params: Mapping[str, Any]) -> None:
     """A member param: ``members`` and ``multiple_of`` over the finite params and the range params declared
     before it (the order in which random cases draw them), a default list that fits ``range``."""
     keys = ["params", name]
     earlier = list(params)[: list(params).index(name)]
     scalars = {n for n, q in params.items() if "values" in q} | {n for n in earlier if "members" not in params[n]}
-    _check_expr(path, tree, [*keys, "members"], str(p["members"]), scalars)
+    _check_expr(path, text, [*keys, "members"], str(p["members"]), scalars)
     if isinstance(p.get("multiple_of"), str):
-        _check_expr(path, tree, [*keys, "multiple_of"], p["multiple_of"], scalars)
+        _check_expr(path, text, [*keys, "multiple_of"], p["multiple_of"], scalars)
     defaults = {n: q["default"] for n, q in params.items()}
     count = int(evaluate(str(p["members"]), defaults))
     step = int(evaluate(p.get("multiple_of", 1), defaults))
@@ -409,11 +458,11 @@ def _check_member_param(
     default = p["default"]
     if not isinstance(default, list) or len(default) != count or any(not lo <= v <= hi or v % step for v in default):
         expected = f"a list of {count} ints within {p['range']}, multiples of {step}"
-        raise _fail(path, tree, [*keys, "default"], f"got {default!r}, expected {expected}")
+        raise _fail(path, text, [*keys, "default"], f"got {default!r}, expected {expected}")
 
 
 def _check_expr(
-    path: Path, tree: yaml.Node, keys: list[Any], source: str, known: set[str], members: Collection[str] = ()
+    path: Path, text: str, keys: list[Any], source: str, known: set[str], members: Collection[str] = ()
 ) -> None:
     """``source`` parses and reads ``known`` names; each ``sum(inner)`` reads a member param (module docstring)."""
 
@@ -426,7 +475,7 @@ def _check_expr(
     try:
         check_expression(_replace_member_sums(source, inner_checked), known)
     except SpecError as exc:
-        raise _fail(path, tree, keys, str(exc)) from None
+        raise _fail(path, text, keys, str(exc)) from None
 
 
 def iter_spec_paths(spec_dir: Path | None = None) -> Iterator[Path]:
@@ -434,9 +483,14 @@ def iter_spec_paths(spec_dir: Path | None = None) -> Iterator[Path]:
 
 
 def load_specs(pattern: str = "*", spec_dir: Path | None = None) -> list[Spec]:
-    """Every spec whose contract id matches the glob ``pattern`` (e.g. ``cast.*``)."""
-    specs = [load_spec(p) for p in iter_spec_paths(spec_dir)]
-    chosen = [s for s in specs if fnmatch.fnmatchcase(s.contract, pattern)]
+    """Every spec whose contract id matches the glob ``pattern`` (e.g. ``cast.*``).
+
+    A spec's id is its path (``specs/<family>/<operation>.yaml``, which loading checks), so only the
+    files the pattern names are read.
+    """
+    paths = list(iter_spec_paths(spec_dir))
+    chosen = [p for p in paths if fnmatch.fnmatchcase(f"{p.parent.name}.{p.stem}", pattern)]
     if not chosen:
-        raise SpecError(f"no spec matches {pattern!r}; known contracts: {[s.contract for s in specs]}")
-    return chosen
+        known = [f"{p.parent.name}.{p.stem}" for p in paths]
+        raise SpecError(f"no spec matches {pattern!r}; known contracts: {known}")
+    return [load_spec(p) for p in chosen]

@@ -26,10 +26,11 @@ from __future__ import annotations
 import math
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import hypothesis.strategies as st
 import numpy as np
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 
@@ -43,7 +44,7 @@ from conformance.registry import Spec
 from conformance.shard import Shard
 from conformance.strategies import boundary_cases, case_strategy, literal_case
 from conformance.values import values_to_bits
-from conformance.worker import CallOutcome
+from conformance.worker import CallOutcome, Request
 
 __all__ = [
     "ERROR_BIN_EDGES",
@@ -51,7 +52,10 @@ __all__ = [
     "BackendHandle",
     "ComboResult",
     "Runner",
+    "batches",
+    "cases_per_example",
     "combo_id",
+    "random_case_lists",
     "random_settings",
     "row_id",
     "row_seed",
@@ -76,6 +80,7 @@ class BackendHandle(Protocol):
     def call(
         self, contract: str, inputs: Mapping[str, np.ndarray], dtypes: Mapping[str, str], params: Mapping[str, Any]
     ) -> CallOutcome: ...
+    def submit(self, contract: str, requests: Sequence[Request]) -> Callable[[], list[CallOutcome]]: ...
 
 
 def combo_id(contract: str, params: Mapping[str, Any], suffix: str = "") -> str:
@@ -156,6 +161,42 @@ def row_seed(seed_value: int, spec: Spec, combo: Mapping[str, Any]) -> int:
     return zlib.crc32(f"{seed_value}|{combo_id(spec.contract, combo)}".encode())
 
 
+CASES_PER_EXAMPLE = 16
+"""The most random cases one hypothesis example holds (``cases_per_example``)."""
+BATCH_CASES = 64
+"""The most deterministic cases one backend batch holds (``batches``)."""
+BATCH_BYTES = 32 << 20
+"""The most input bytes one batch of deterministic cases holds (``batches``)."""
+
+
+def cases_per_example(n: int) -> int:
+    """How many random cases one hypothesis example draws for a row of ``n``: enough to share hypothesis's
+    cost per example and the round trip to the backend, few enough that a row has at least 20 examples (so
+    ``smoke``'s 20 cases are 20 examples of one case, as hypothesis would draw them one by one)."""
+    return max(1, min(CASES_PER_EXAMPLE, n // 20))
+
+
+def random_case_lists(spec: Spec, combo: Mapping[str, Any], n: int) -> st.SearchStrategy[list[Case]]:
+    """One hypothesis example of a row's random cases: a list of ``cases_per_example(n)`` cases."""
+    k = cases_per_example(n)
+    return st.lists(case_strategy(spec, combo), min_size=k, max_size=k)
+
+
+def batches(cases: Iterable[Case]) -> Iterator[list[Case]]:
+    """``cases`` in order, in lists of at most ``BATCH_CASES`` cases and ``BATCH_BYTES`` of inputs."""
+    batch: list[Case] = []
+    size = 0
+    for case in cases:
+        nbytes = sum(t.bits.nbytes for t in case.inputs.values())
+        if batch and (len(batch) == BATCH_CASES or size + nbytes > BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(case)
+        size += nbytes
+    if batch:
+        yield batch
+
+
 class Runner:
     """Runs specs against one backend handle (isolated or in-process)."""
 
@@ -191,11 +232,26 @@ class Runner:
         return out
 
     def evaluate(self, spec: Spec, case: Case) -> Evaluation:
-        try:
-            reference = self.reference_outputs(spec, case)
-        except Exception as exc:
-            return Evaluation("error", f"the reference failed on a valid case: {type(exc).__name__}: {exc}")
-        outcome = self.handle.call(spec.contract, case.carriers(), case.dtypes(), case.params)
+        return self.evaluate_many(spec, [case])[0]
+
+    def evaluate_many(self, spec: Spec, cases: Sequence[Case]) -> list[Evaluation]:
+        """The cases' evaluations, in order, up to the first crash or timeout (the backend process died there:
+        later cases did not run).  The backend gets all the cases in one batch; the reference runs meanwhile."""
+        collect = self.handle.submit(spec.contract, [(c.carriers(), c.dtypes(), c.params) for c in cases])
+        references: list[dict[str, np.ndarray] | str] = []
+        for case in cases:
+            try:
+                references.append(self.reference_outputs(spec, case))
+            except Exception as exc:
+                references.append(f"the reference failed on a valid case: {type(exc).__name__}: {exc}")
+        outcomes = collect()
+        return [self._judge(spec, case, ref, got) for case, ref, got in zip(cases, references, outcomes, strict=False)]
+
+    def _judge(
+        self, spec: Spec, case: Case, reference: dict[str, np.ndarray] | str, outcome: CallOutcome
+    ) -> Evaluation:
+        if isinstance(reference, str):
+            return Evaluation("error", reference)
         if outcome.kind == "raised":
             return Evaluation("error", f"backend raised {outcome.exc_type}: {outcome.message}")
         if outcome.kind in ("crash", "timeout"):
@@ -235,16 +291,18 @@ class Runner:
         on_result: Callable[[ComboResult], None] | None = None,
     ) -> list[ComboResult]:
         """The rows ``select_rows`` picks; ``on_result`` sees each row as it finishes."""
-        rows = select_rows(specs, where, shard)
+        return self.run_rows(select_rows(specs, where, shard), on_result)
+
+    def run_rows(
+        self, rows: Iterable[tuple[Spec, dict[str, Any] | None]], on_result: Callable[[ComboResult], None] | None = None
+    ) -> list[ComboResult]:
+        """Run ``rows`` (as ``select_rows`` gives them) in order; ``on_result`` sees each row as it finishes."""
         results: list[ComboResult] = []
-        for i, (spec, combo) in enumerate(rows, 1):
+        for spec, combo in rows:
             result = self.run_invalid(spec) if combo is None else self.run_combo(spec, combo)
             results.append(result)
             if on_result is not None:
                 on_result(result)
-            self.progress(
-                f"[{i}/{len(rows)}] {result.id}: {result.status} ({result.cases} cases, {result.duration_s:.1f} s)"
-            )
         return results
 
     def run_combo(self, spec: Spec, combo: Mapping[str, Any]) -> ComboResult:
@@ -254,23 +312,28 @@ class Runner:
         if reason is not None:
             result.status, result.message = "not-implemented", reason
             return result
-        for case in self.deterministic_cases(spec, combo):
-            result.cases += 1
-            if case.label.startswith("example:") and (problem := self._check_expectation(spec, case)):
-                self._record(result, case, Evaluation("error", problem))
-                break
-            evaluation = self.evaluate(spec, case)
-            result.count_errors(evaluation)
-            if evaluation.status != "pass":
-                self._record(result, *self._minimize(spec, case, evaluation))
-                break
-        else:
+        if not self._deterministic(spec, combo, result):
             if self.profile == "exhaustive" and exhaustive.eligible(spec):
                 self._sweep(spec, combo, result)  # every float32 input: random cases would add nothing
             else:
                 self._random_cases(spec, combo, result)
         result.duration_s = time.perf_counter() - start
         return result
+
+    def _deterministic(self, spec: Spec, combo: Mapping[str, Any], result: ComboResult) -> bool:
+        """Run the row's examples and boundary cases in batches (``batches``); whether one did not pass."""
+        for batch in batches(self.deterministic_cases(spec, combo)):
+            evaluations = self.evaluate_many(spec, batch)
+            for case, evaluation in zip(batch, evaluations, strict=False):
+                result.cases += 1
+                if case.label.startswith("example:") and (problem := self._check_expectation(spec, case)):
+                    self._record(result, case, Evaluation("error", problem))
+                    return True
+                result.count_errors(evaluation)
+                if evaluation.status != "pass":
+                    self._record(result, *self._minimize(spec, case, evaluation))
+                    return True
+        return False
 
     def _sweep(self, spec: Spec, combo: Mapping[str, Any], result: ComboResult) -> None:
         params = spec.with_defaults(combo)
@@ -317,24 +380,27 @@ class Runner:
         return None
 
     def _random_cases(self, spec: Spec, combo: Mapping[str, Any], result: ComboResult) -> None:
+        """The row's random cases, drawn by hypothesis ``cases_per_example`` at a time (one backend batch each)
+        and shrunk, all of a failing example's cases together, to a minimal counterexample."""
         n = spec.examples_for(self.profile)
         if n == 0:
             return
         state: dict[str, Any] = {"failure": None}
+        per_example = cases_per_example(n)
 
-        @random_settings(n)
-        @given(case_strategy(spec, combo))
-        def conforms(case: Case) -> None:
-            result.cases += 1
-            evaluation = self.evaluate(spec, case)
-            if state["failure"] is None:  # not while shrinking
-                result.count_errors(evaluation)
-            if evaluation.status == "pass":
-                return
-            state["failure"] = (case, evaluation)
-            if evaluation.status == "crashed":
-                raise _Abort
-            raise _Failed(evaluation.message)
+        @random_settings(-(-n // per_example))
+        @given(random_case_lists(spec, combo, n))
+        def conforms(cases: list[Case]) -> None:
+            for case, evaluation in zip(cases, self.evaluate_many(spec, cases), strict=False):
+                result.cases += 1
+                if state["failure"] is None:  # not while shrinking
+                    result.count_errors(evaluation)
+                if evaluation.status == "pass":
+                    continue
+                state["failure"] = (case, evaluation)
+                if evaluation.status == "crashed":
+                    raise _Abort
+                raise _Failed(evaluation.message)
 
         seeded = seed(row_seed(self.seed, spec, combo))(conforms)
         try:

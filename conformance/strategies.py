@@ -26,7 +26,14 @@ from conformance.carriers import get_dtype
 from conformance.case import Case, TensorBits
 from conformance.expr import evaluate
 from conformance.registry import Spec
-from conformance.values import apply_block_class, boundary_pool, element_strategy, resolve_class, values_to_bits
+from conformance.values import (
+    apply_block_class,
+    boundary_pool,
+    bulk_sampler,
+    element_strategy,
+    resolve_class,
+    values_to_bits,
+)
 
 __all__ = ["boundary_cases", "case_strategy", "input_dtypes", "literal_case", "shape_of"]
 
@@ -109,13 +116,32 @@ def _dims(draw: st.DrawFn, spec: Spec, params: Mapping[str, Any]) -> dict[str, A
     return dims
 
 
+ELEMENT_DRAW_MAX = 16
+"""Arrays up to this many elements are drawn element by element; larger ones in bulk (``_bulk_array``)."""
+BULK_OVERRIDES = 8
+"""The most elements of a bulk-drawn array that hypothesis draws one by one (and shrinks) on top of the bulk."""
+
+
 def case_strategy(spec: Spec, fixed: Mapping[str, Any]) -> st.SearchStrategy[Case]:
     """Random cases with the finite params ``fixed``; range params, dims and values drawn.
 
-    An input declaring ``palette: P`` draws arrays of more than ``P`` elements as ``P`` values and a
-    seed, filling the array with seeded picks of those values: hypothesis draws about 2,000
-    elements per second, too few for the 128x128 blocks of a blockwise quantizer.
+    The strategy is built once per row; what a draw needs per input and dtype (its value classes, their
+    element strategies and bulk samplers) is built on first use and kept.  Arrays of up to
+    ``ELEMENT_DRAW_MAX`` elements are drawn element by element, so hypothesis shrinks every value;
+    larger ones are drawn in bulk (``_bulk_array``): a seed drives NumPy over the value classes, and up
+    to ``BULK_OVERRIDES`` elements at drawn positions come from hypothesis on top.
+
+    An input declaring ``palette: P`` draws arrays of more than ``P`` elements as ``P`` values (in bulk,
+    as above) and a seed, filling the array with seeded picks of those values.
     """
+    prepared: dict[tuple[str, str, str], _InputDraw] = {}
+
+    def input_draw(name: str, decl: Mapping[str, Any], dtype: str, params: Mapping[str, Any]) -> _InputDraw:
+        classes = [resolve_class(vc, params) for vc in decl["values"]]
+        key = (name, dtype, repr(classes))
+        if key not in prepared:
+            prepared[key] = _InputDraw(classes, dtype)
+        return prepared[key]
 
     @st.composite
     def build(draw: st.DrawFn) -> Case:
@@ -137,27 +163,55 @@ def case_strategy(spec: Spec, fixed: Mapping[str, Any]) -> st.SearchStrategy[Cas
         inputs = {}
         for name, decl in spec.active_inputs(params).items():
             dtype = draw(st.sampled_from(input_dtypes(decl, params)), label=f"{name}.dtype")
-            classes = [resolve_class(vc, params) for vc in decl["values"]]
-            elements = st.one_of([element_strategy(vc, dtype) for vc in classes])
+            how = input_draw(name, decl, dtype, params)
             shape = shape_of(spec, name, dims)
             size, palette = int(np.prod(shape)), int(decl.get("palette", 0))
             flat: Any
             if palette and size > palette:  # draw `palette` values, then fill the array with seeded picks of them
-                values = draw(st.lists(elements, min_size=palette, max_size=palette), label=f"{name} palette")
+                values = _bulk_array(draw, how, palette, f"{name} palette")
                 picks = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label=f"{name} seed")).integers(
                     0, palette, size
                 )
                 flat = np.array(values, dtype=np.uint64)[picks]
+            elif size > ELEMENT_DRAW_MAX:
+                flat = _bulk_array(draw, how, size, name)
             else:
-                flat = draw(st.lists(elements, min_size=size, max_size=size), label=name)
+                flat = draw(st.lists(how.elements, min_size=size, max_size=size), label=name)
             array = np.array(flat, dtype=np.uint64).astype(get_dtype(dtype).bit_dtype).reshape(shape)
-            block_class = draw(st.sampled_from([None, *[vc for vc in classes if vc["class"].endswith("_blocks")]]))
+            block_class = draw(st.sampled_from(how.block_choices))
             if block_class is not None:
                 array = apply_block_class(array, dtype, block_class, _seeded_rng(array.tobytes()))
             inputs[name] = TensorBits(dtype, array)
         return Case(spec.contract, params, inputs)
 
     return build()
+
+
+class _InputDraw:
+    """What random cases draw one input of one dtype from: its classes' element strategies, bulk samplers
+    and block classes, built once."""
+
+    def __init__(self, classes: list[dict[str, Any]], dtype: str):
+        self.elements = st.one_of([element_strategy(vc, dtype) for vc in classes])
+        self.samplers = [bulk_sampler(vc, dtype) for vc in classes]
+        self.block_choices = [None, *[vc for vc in classes if vc["class"].endswith("_blocks")]]
+
+
+def _bulk_array(draw: st.DrawFn, how: _InputDraw, size: int, name: str) -> np.ndarray:
+    """``size`` bit patterns: each element's class and value from a NumPy generator seeded by one draw, then
+    up to ``BULK_OVERRIDES`` hypothesis-drawn elements at drawn positions (shrinking takes the seed to 0 and
+    the overrides to none or to simple values)."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label=f"{name} seed"))
+    which = rng.integers(0, len(how.samplers), size=size)
+    flat = np.zeros(size, dtype=np.uint64)
+    for i, sample in enumerate(how.samplers):
+        chosen = np.flatnonzero(which == i)
+        if chosen.size:
+            flat[chosen] = sample(rng, chosen.size)
+    overrides = st.lists(st.tuples(st.integers(0, size - 1), how.elements), max_size=BULK_OVERRIDES)
+    for index, bits in draw(overrides, label=f"{name} overrides"):
+        flat[index] = bits
+    return flat
 
 
 # -- boundary cases -------------------------------------------------------------------------------

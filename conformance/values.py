@@ -14,7 +14,8 @@ Classes ``zero_blocks`` and ``outlier_blocks`` act on whole arrays (``apply_bloc
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import hypothesis.strategies as st
@@ -23,7 +24,15 @@ import numpy as np
 from conformance.carriers import get_dtype, round_to_bfloat16
 from reference.formats import FORMATS, FloatFormat
 
-__all__ = ["apply_block_class", "boundary_pool", "class_name", "element_strategy", "resolve_class", "values_to_bits"]
+__all__ = [
+    "apply_block_class",
+    "boundary_pool",
+    "bulk_sampler",
+    "class_name",
+    "element_strategy",
+    "resolve_class",
+    "values_to_bits",
+]
 
 _FLOAT_LAYOUT = {"float32": (8, 23), "float16": (5, 10), "bfloat16": (8, 7), "float64": (11, 52)}
 INTEGER_CODE_BITS = {"int8": 8, "int4": 4, "uint4": 4}
@@ -130,8 +139,24 @@ def values_to_bits(values: Any, dtype: str) -> np.ndarray:
     return np.asarray(values).astype(d.carrier).view(d.bit_dtype)
 
 
+def _class_key(value_class: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted((str(k), v) for k, v in value_class.items()))
+
+
 def boundary_pool(value_class: Mapping[str, Any], dtype: str) -> np.ndarray:
-    """Deterministic bit patterns of ``dtype`` for one (resolved) value class."""
+    """Deterministic bit patterns of ``dtype`` for one (resolved) value class (read-only: built once per
+    process and shared; copy it to change it)."""
+    return _pool(_class_key(value_class), dtype)
+
+
+@functools.lru_cache(maxsize=1024)
+def _pool(key: tuple[tuple[str, Any], ...], dtype: str) -> np.ndarray:
+    pool = _build_pool(dict(key), dtype)
+    pool.setflags(write=False)
+    return pool
+
+
+def _build_pool(value_class: Mapping[str, Any], dtype: str) -> np.ndarray:
     name = value_class["class"]
     d = get_dtype(dtype)
     if d.kind != "float":
@@ -164,11 +189,20 @@ def boundary_pool(value_class: Mapping[str, Any], dtype: str) -> np.ndarray:
 
 
 def element_strategy(value_class: Mapping[str, Any], dtype: str) -> st.SearchStrategy[int]:
-    """Hypothesis strategy of single bit patterns (Python ints) for random cases."""
+    """Hypothesis strategy of single bit patterns (Python ints) for random cases (built once per class and dtype)."""
+    return _element_strategy(_class_key(value_class), dtype)
+
+
+def _pooled_bits(value_class: Mapping[str, Any], dtype: str) -> np.ndarray:
+    """The distinct patterns of a class's pool that random cases pick from (at most 4,096, smallest first)."""
+    return np.unique(boundary_pool(value_class, dtype))[:4096]
+
+
+@functools.lru_cache(maxsize=1024)
+def _element_strategy(key: tuple[tuple[str, Any], ...], dtype: str) -> st.SearchStrategy[int]:
+    value_class = dict(key)
     name = value_class["class"]
     d = get_dtype(dtype)
-    pool = boundary_pool(value_class, dtype)
-    pooled = st.sampled_from([int(b) for b in np.unique(pool)[:4096]])
     if d.kind != "float" and "format" in value_class:
         return st.integers(0, (1 << _code_bits(value_class["format"])) - 1)
     if name == "wide" or d.kind != "float":
@@ -177,7 +211,49 @@ def element_strategy(value_class: Mapping[str, Any], dtype: str) -> st.SearchStr
         scale = float(value_class.get("scale", 1.0))
         floats = st.floats(-1e4 * scale, 1e4 * scale, width=32, allow_subnormal=False)
         return floats.map(lambda v: int(_float_bits(np.array([v]), dtype)[0]))
-    return pooled
+    return st.sampled_from([int(b) for b in _pooled_bits(value_class, dtype)])
+
+
+Sampler = Callable[[np.random.Generator, int], np.ndarray]
+
+
+def bulk_sampler(value_class: Mapping[str, Any], dtype: str) -> Sampler:
+    """``sample(rng, n)``: ``n`` bit patterns (uint64) of one class, drawn by NumPy in one call.
+
+    The bulk of a large random array comes from here, driven by one hypothesis-drawn seed; it follows
+    the class as ``element_strategy`` does: the same integer ranges, the pool's patterns, and for
+    ``normal`` classes finite values within +-1e4 * scale spread over the magnitudes (log-uniform
+    from 2^-14, some uniform, small integers and zeros) rather than one flat distribution.
+    """
+    return _bulk_sampler(_class_key(value_class), dtype)
+
+
+@functools.lru_cache(maxsize=1024)
+def _bulk_sampler(key: tuple[tuple[str, Any], ...], dtype: str) -> Sampler:
+    value_class = dict(key)
+    name = value_class["class"]
+    d = get_dtype(dtype)
+    if d.kind != "float":
+        top = (1 << _code_bits(value_class["format"])) if "format" in value_class else (1 << d.bits)
+        top = 2 if d.kind == "bool" else top
+        return lambda rng, n: rng.integers(0, top, size=n, dtype=np.uint64)
+    if name == "wide":
+        return lambda rng, n: rng.integers(0, 1 << d.bits, size=n, dtype=np.uint64)
+    if name in ("normal", "zero_blocks", "outlier_blocks"):
+        scale = float(value_class.get("scale", 1.0))
+
+        def normal(rng: np.random.Generator, n: int) -> np.ndarray:
+            kind = rng.integers(0, 8, size=n)
+            magnitude = np.exp2(rng.uniform(-14.0, np.log2(1e4), size=n))
+            magnitude = np.where(kind == 4, rng.uniform(0.0, 1e4, size=n), magnitude)
+            magnitude = np.where(kind == 5, rng.integers(0, 17, size=n).astype(np.float64), magnitude)
+            magnitude = np.where(kind == 6, 0.0, magnitude)
+            values = np.where(rng.integers(0, 2, size=n) == 1, -magnitude, magnitude) * scale
+            return _float_bits(values.astype(np.float32).astype(np.float64), dtype).astype(np.uint64)
+
+        return normal
+    pooled = _pooled_bits(value_class, dtype).astype(np.uint64)
+    return lambda rng, n: pooled[rng.integers(0, len(pooled), size=n)]
 
 
 def apply_block_class(

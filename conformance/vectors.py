@@ -41,8 +41,15 @@ from conformance.environment import git_commit, suite_version
 from conformance.errors import QConformError
 from conformance.expr import evaluate
 from conformance.registry import Spec
-from conformance.runner import BackendHandle, Runner, random_settings, row_id, row_seed
-from conformance.strategies import case_strategy
+from conformance.runner import (
+    BackendHandle,
+    Runner,
+    cases_per_example,
+    random_case_lists,
+    random_settings,
+    row_id,
+    row_seed,
+)
 
 __all__ = ["INDEX", "VECTORS_FORMAT", "check_case", "check_vectors", "export_vectors", "load_index"]
 
@@ -58,10 +65,10 @@ def _random_cases(spec: Spec, combo: Mapping[str, Any], count: int, seed_value: 
     if count == 0:
         return drawn
 
-    @random_settings(count)
-    @given(case_strategy(spec, combo))
-    def collect(case: Case) -> None:
-        drawn.append(case)
+    @random_settings(-(-count // cases_per_example(count)))
+    @given(random_case_lists(spec, combo, count))
+    def collect(cases: list[Case]) -> None:
+        drawn.extend(cases)
 
     seed(row_seed(seed_value, spec, combo))(collect)()
     return drawn

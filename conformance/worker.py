@@ -1,11 +1,16 @@
 """Run a backend in a child process that can crash or hang without taking the run down.
 
-``IsolatedBackend`` starts ``python`` (spawn) with the backend loaded, sends it one case
-at a time over a pipe and waits at most ``timeout`` seconds for the answer.  A backend
-that raises is reported as ``raised``; one that kills its process (a segfault, an abort,
-``os._exit``) as ``crash``; one that does not answer in time as ``timeout``.  After a
-crash or a timeout the child is killed and a fresh one is started on the next call.
-``InProcessBackend`` has the same interface without the isolation (``--isolation none``).
+``IsolatedBackend`` starts ``python`` (spawn) with the backend loaded and keeps it for the whole
+run.  ``submit`` sends it a batch of cases in one message; the child runs them back to back and
+answers each as soon as it is done, and the parent waits at most ``timeout`` seconds for each
+answer, so the parent can compute the reference while the child works.  A backend that raises is
+reported as ``raised``; one that kills its process (a segfault, an abort, ``os._exit``) as
+``crash``; one that does not answer in time as ``timeout``.  After a crash or a timeout the child
+is killed and a fresh one is started on the next call.  The case that was running is the one the
+answers stop at; a crash there is confirmed by running that case alone in a fresh child, and if it
+does not crash alone, the batch's cases up to it run one by one to find the one that does.  A hang
+costs ``timeout`` once: the case that hangs is not run again.  ``InProcessBackend`` has the same
+interface without the isolation (``--isolation none``).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Literal
@@ -23,9 +28,14 @@ import numpy as np
 from conformance.backends import Backend, load_backend
 from conformance.errors import BackendError
 
-__all__ = ["CallOutcome", "InProcessBackend", "IsolatedBackend"]
+__all__ = ["CallOutcome", "InProcessBackend", "IsolatedBackend", "Request"]
 
 START_TIMEOUT_S = 300.0
+BATCH_BYTES = 64 << 20
+"""The most input bytes one batch carries to the child; a larger batch goes as several round trips."""
+
+Request = tuple[Mapping[str, np.ndarray], Mapping[str, str], Mapping[str, Any]]
+"""One call: the inputs (carriers), their dtypes and the params."""
 
 
 @dataclass
@@ -93,6 +103,9 @@ def _serve(backend_name: str, conn: Connection) -> None:
             conn.send(("ok", backend.unsupported_reason(payload["contract"], payload["params"])))
         elif kind == "call":
             conn.send(("ok", _call(backend, payload)))
+        elif kind == "batch":  # answer each call as it finishes: the parent times each one
+            for request in payload:
+                conn.send(("ok", _call(backend, request)))
         elif kind == "sweep":
             conn.send(("ok", _sweep_chunk(backend, payload)))
 
@@ -111,6 +124,10 @@ class InProcessBackend:
         self, contract: str, inputs: Mapping[str, np.ndarray], dtypes: Mapping[str, str], params: Mapping[str, Any]
     ) -> CallOutcome:
         return _call(self.backend, {"contract": contract, "inputs": inputs, "dtypes": dtypes, "params": params})
+
+    def submit(self, contract: str, requests: Sequence[Request]) -> Callable[[], list[CallOutcome]]:
+        """The calls, run when the returned function is called (nothing runs beside the caller here)."""
+        return lambda: [self.call(contract, *request) for request in requests]
 
     def sweep_chunk(
         self, contract: str, params: Mapping[str, Any], start: int, count: int, shm_name: str
@@ -165,17 +182,9 @@ class IsolatedBackend:
             self.restarts += 1
             self._start()
         assert self._conn is not None and self._process is not None
-        try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a dead child: receiving says so
             self._conn.send((kind, payload))
-            if not self._conn.poll(timeout):
-                self._kill()
-                return "timeout", f"no answer within {timeout:g} s; the worker was killed and restarted"
-            return "ok", self._conn.recv()[1]
-        except (EOFError, BrokenPipeError, ConnectionResetError):
-            self._process.join(timeout=10)
-            code = self._process.exitcode
-            self._kill()
-            return "crash", f"the backend process died (exit code {code}); restarted"
+        return self._receive(timeout)
 
     def unsupported_reason(self, contract: str, params: Mapping[str, Any]) -> str | None:
         status, value = self._request("supports", {"contract": contract, "params": dict(params)}, START_TIMEOUT_S)
@@ -193,6 +202,80 @@ class IsolatedBackend:
             return value
         return CallOutcome("timeout" if status == "timeout" else "crash", message=value)
 
+    def submit(self, contract: str, requests: Sequence[Request]) -> Callable[[], list[CallOutcome]]:
+        """Send the calls to the child now (in batches of at most ``BATCH_BYTES`` of inputs); the returned
+        function collects their outcomes, in order.  The outcomes stop at the first crash or timeout."""
+        payloads = [
+            {"contract": contract, "inputs": dict(inputs), "dtypes": dict(dtypes), "params": dict(params)}
+            for inputs, dtypes, params in requests
+        ]
+        batches = _batches(payloads)
+        if batches:
+            self._send_batch(batches[0])
+        return lambda: self._collect(batches)
+
+    def _send_batch(self, batch: list[dict[str, Any]]) -> None:
+        """Send one batch, to a fresh child if the last one died before it could take it."""
+        for attempt in range(2):
+            if self._conn is None:
+                self.restarts += 1
+                self._start()
+            assert self._conn is not None
+            try:
+                self._conn.send(("batch", batch))
+                return
+            except (BrokenPipeError, ConnectionResetError, EOFError):
+                self._kill()
+                if attempt:
+                    raise BackendError(f"backend {self.name!r}: its process dies before it takes a batch") from None
+
+    def _collect(self, batches: list[list[dict[str, Any]]]) -> list[CallOutcome]:
+        outcomes: list[CallOutcome] = []
+        for i, batch in enumerate(batches):
+            if i:
+                self._send_batch(batch)
+            got = self._answers(batch)
+            outcomes += got
+            if len(got) < len(batch):
+                break
+        return outcomes
+
+    def _answers(self, batch: list[dict[str, Any]]) -> list[CallOutcome]:
+        """The outcomes of the sent ``batch``, each awaited for at most ``timeout``, up to the first crash or
+        timeout; a crash is checked by running its case alone (module docstring)."""
+        outcomes: list[CallOutcome] = []
+        for payload in batch:
+            status, value = self._receive(self.timeout)
+            if status == "ok":
+                outcomes.append(value)
+            elif status == "timeout" or len(batch) == 1:
+                return [*outcomes, CallOutcome("timeout" if status == "timeout" else "crash", message=value)]
+            else:
+                return [*outcomes, self._crash_alone(payload, value)]
+        return outcomes
+
+    def _crash_alone(self, payload: Mapping[str, Any], message: str) -> CallOutcome:
+        """The outcome of a case whose batch crashed while it ran: its own crash (or hang) when it crashes
+        alone in a fresh child, else a crash that says the earlier cases of its batch left the process broken."""
+        alone = self.call(payload["contract"], payload["inputs"], payload["dtypes"], payload["params"])
+        if alone.kind in ("crash", "timeout"):
+            return alone
+        note = "run alone in a fresh process it did not crash: a case before it in the same process broke the process"
+        return CallOutcome("crash", message=f"{message}; {note}")
+
+    def _receive(self, timeout: float) -> tuple[str, Any]:
+        assert self._conn is not None and self._process is not None
+        try:
+            if not self._conn.poll(timeout):
+                self._kill()
+                return "timeout", f"no answer within {timeout:g} s; the worker was killed and restarted"
+            return "ok", self._conn.recv()[1]
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            self._process.join(timeout=10)
+            code = self._process.exitcode
+            self._kill()
+            return "crash", f"the backend process died (exit code {code}); restarted"
+
     def sweep_chunk(
         self, contract: str, params: Mapping[str, Any], start: int, count: int, shm_name: str
     ) -> str | None:
@@ -208,3 +291,17 @@ class IsolatedBackend:
             if self._process is not None:
                 self._process.join(timeout=10)
         self._kill()
+
+
+def _batches(payloads: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """``payloads`` in order, cut into batches of at most ``BATCH_BYTES`` of input arrays (at least one call each)."""
+    batches: list[list[dict[str, Any]]] = []
+    size = 0
+    for payload in payloads:
+        nbytes = sum(np.asarray(a).nbytes for a in payload["inputs"].values())
+        if not batches or (batches[-1] and size + nbytes > BATCH_BYTES):
+            batches.append([])
+            size = 0
+        batches[-1].append(payload)
+        size += nbytes
+    return batches

@@ -1,13 +1,22 @@
-"""Conversions between the engine's NumPy carriers and torch tensors (torch imported lazily)."""
+"""Conversions between the engine's NumPy carriers and torch tensors (torch imported lazily).
+
+Importing this module (the first call of a torch backend in a process) sets torch's CPU threads to
+``QCONFORM_TORCH_THREADS`` (default 1): conformance cases are small, and on a busy machine (xdist
+workers, ``--jobs``, the reference beside the backend) torch's thread pool spins for each op, which
+measured a few times to 25 times slower per call than one thread.
+"""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 import torch
 
 __all__ = ["to_numpy", "to_tensor"]
+
+torch.set_num_threads(max(1, int(os.environ.get("QCONFORM_TORCH_THREADS", "1"))))
 
 _TORCH_DTYPES = {
     "float32": torch.float32,

@@ -115,3 +115,42 @@ def kills_the_run() -> Backend:
         os._exit(137)
 
     return _backend("killed", glu_interleave=interleave)
+
+
+def _marked(w: np.ndarray) -> bool:
+    """The cases the ``*_on_one_case`` backends misbehave on: an input of more than 40 elements (a few of
+    a row's random cases, none of its boundary ones: a batch of cases holds passing ones before it)."""
+    return w.size > 40
+
+
+def crashes_on_one_case() -> Backend:
+    """``glu.interleave`` kills its process on the marked cases only."""
+
+    def interleave(w: np.ndarray, **params: Any) -> dict[str, np.ndarray]:
+        if _marked(w):
+            os._exit(139)
+        return reference.glu.interleave(w, **params)
+
+    return _backend("crashes-on-one", glu_interleave=interleave)
+
+
+def raises_on_one_case() -> Backend:
+    """``glu.interleave`` raises on the marked cases only."""
+
+    def interleave(w: np.ndarray, **params: Any) -> dict[str, np.ndarray]:
+        if _marked(w):
+            raise ValueError(f"planted: {w.size} elements")
+        return reference.glu.interleave(w, **params)
+
+    return _backend("raises-on-one", glu_interleave=interleave)
+
+
+def hangs_on_one_case() -> Backend:
+    """``glu.interleave`` never returns on the marked cases only."""
+
+    def interleave(w: np.ndarray, **params: Any) -> dict[str, np.ndarray]:
+        if _marked(w):
+            time.sleep(3600)
+        return reference.glu.interleave(w, **params)
+
+    return _backend("hangs-on-one", glu_interleave=interleave)

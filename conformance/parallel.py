@@ -1,0 +1,107 @@
+"""Run rows in parallel worker processes on one machine (``qconform run --jobs N``).
+
+Each of the ``N`` workers is a process of its own with its own backend handle (isolated in a child
+process of the worker, or in the worker itself with ``--isolation none``), kept for the whole run,
+so a backend's start-up is paid once per worker.  Rows go to whichever worker is free, one at a
+time; each row draws the same cases wherever it runs (its seed is ``--seed`` and the row id), so a
+run with ``--jobs N`` gives the same rows, cases and statuses as one without.  Results come back as
+each row finishes, in no fixed order (the report puts them in matrix order).
+
+A worker that dies (only possible with ``--isolation none``, where a backend crash takes the worker
+with it) takes the pool down: the rows then running run again in fresh workers, each alone, and the
+one whose worker dies alone is ``crashed``; nothing else is lost.
+Many machines: ``--shard`` and ``report merge`` (``shard.py``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from conformance.registry import Spec, load_spec
+from conformance.runner import ComboResult, Runner
+
+__all__ = ["WorkerConfig", "run_parallel"]
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What each worker needs to build its runner: the backend and how to run it."""
+
+    backend: str
+    isolation: str
+    timeout: float
+    profile: str
+    seed: int
+
+
+_RUNNER: Runner | None = None
+
+
+def _start_worker(config: WorkerConfig) -> None:
+    global _RUNNER
+    from conformance.worker import InProcessBackend, IsolatedBackend
+
+    handle = (IsolatedBackend if config.isolation == "process" else InProcessBackend)(config.backend, config.timeout)
+    _RUNNER = Runner(handle, profile=config.profile, seed=config.seed, quiet_sweep=True)
+
+
+def _run_row(path: str, combo: dict[str, Any] | None) -> ComboResult:
+    assert _RUNNER is not None
+    spec = load_spec(Path(path))
+    return _RUNNER.run_invalid(spec) if combo is None else _RUNNER.run_combo(spec, combo)
+
+
+def _lost(spec: Spec, combo: dict[str, Any] | None, why: str) -> ComboResult:
+    kind = "conformance" if combo is not None else "invalid-input"
+    return ComboResult(spec.contract, dict(combo or {}), "crashed", kind=kind, message=why)
+
+
+def run_parallel(
+    rows: Sequence[tuple[Spec, dict[str, Any] | None]],
+    config: WorkerConfig,
+    jobs: int,
+    on_result: Callable[[ComboResult], None],
+) -> list[ComboResult]:
+    """Run ``rows`` in ``jobs`` worker processes; ``on_result`` sees each row as it finishes (in this process).
+
+    When a worker dies, every row then running is tried again in fresh workers, each alone; a row
+    whose worker dies while it runs alone is ``crashed``.
+    """
+    results: list[ComboResult] = []
+    pending = list(range(len(rows)))
+    suspects: set[int] = set()
+    context = multiprocessing.get_context("spawn")
+    while pending:
+        with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker, initargs=(config,)) as pool:
+            running: dict[Future[ComboResult], int] = {}
+            queue, broken = list(pending), False
+            while (queue and not broken) or running:
+                while queue and not broken and len(running) < 2 * jobs:  # a little ahead, so no worker waits
+                    if running and (queue[0] in suspects or any(i in suspects for i in running.values())):
+                        break  # a row that was running when a worker died runs alone
+                    index = queue.pop(0)
+                    spec, combo = rows[index]
+                    running[pool.submit(_run_row, str(spec.path), combo)] = index
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    index = running.pop(future)
+                    try:
+                        result = future.result()
+                    except BrokenProcessPool:
+                        broken = True
+                        if index not in suspects:
+                            suspects.add(index)
+                            continue
+                        spec, combo = rows[index]
+                        why = "the worker process running this row died (a backend crash with --isolation none)"
+                        result = _lost(spec, combo, why)
+                    pending.remove(index)
+                    results.append(result)
+                    on_result(result)
+    return results
