@@ -14,11 +14,11 @@ triton, numpy, pytest and pytest-benchmark, so it also runs where nox is not ins
 at ``--run-s`` seconds, a cut shard run again one contract a process (``--retry-parallel`` side by side,
 ``--retry-s`` each), the shards merged into ``<reports>/<backend>``; then ``gpu-tests`` (unless
 ``--skip-gpu-tests``) within ``--gpu-s``; then, with ``--sweep-spec``, an exhaustive sweep within ``--sweep-s``.
-Results go to ``--out``: ``env.txt``, ``reports.tgz``, ``gpu-junit.xml``, ``bench.json``, ``gpu-pass.log``,
-``sweep.log``.  Defaults come from the environment variables the shell drivers read (``OUT``, ``BACKENDS``,
-``PROFILE``, ``SEED``, ``SPEC``, ``SHARDS``, ``RUN_S``, ``RETRY_S``, ``RETRY_PARALLEL``, ``SKIP_GPU_TESTS``,
-``GPU_S``, ``SWEEP_SPEC``, ``SWEEP_WHERE``, ``SWEEP_S``, ``DEADLINE_S``).  A ``.whl/`` folder in the checkout
-(wheels carried to a machine without network) is installed into ``/tmp/site`` first.
+Results go to ``--out`` (``$OUT``, else ``reports/gpu``): ``env.txt``, ``reports.tgz``, ``gpu-junit.xml``,
+``bench.json``, ``gpu-pass.log``, ``sweep.log``.  Defaults come from the environment variables the shell drivers
+read (``OUT``, ``BACKENDS``, ``PROFILE``, ``SEED``, ``SPEC``, ``SHARDS``, ``RUN_S``, ``RETRY_S``, ``RETRY_PARALLEL``,
+``SKIP_GPU_TESTS``, ``GPU_S``, ``SWEEP_SPEC``, ``SWEEP_WHERE``, ``SWEEP_S``, ``DEADLINE_S``).  A ``.whl/``
+folder in the checkout (wheels carried to a machine without network) is installed into ``/tmp/site`` first.
 
 Exit status: 0 when every step passed (a non-conformant third-party backend is a finding, not a failure;
 ``fast``'s verdict is in its report), 1 when a step failed, 2 on bad arguments.
@@ -74,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--out", type=Path, default=Path(_env("OUT", "/tmp/out")), help="results folder ($OUT)")
+        p.add_argument("--out", type=Path, default=Path(_env("OUT", "reports/gpu")), help="results ($OUT; reports/gpu)")
         p.add_argument("--reports", type=Path, default=Path("reports"), help="conformance reports (default reports)")
         p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
 
