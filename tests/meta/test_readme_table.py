@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conformance.contract_table import BEGIN, END, markdown_table, source_projects
+from conformance.contract_table import BEGIN, END, markdown_table, replace_table, source_projects
 from conformance.registry import load_specs
 
 ROOT = Path(__file__).parents[2]
@@ -18,7 +18,13 @@ def test_readme_table_is_the_generated_one() -> None:
     assert text.count(BEGIN) == 1 and text.count(END) == 1, "README.md needs the contract table's two markers"
     start = text.index(BEGIN)
     table = text[start : text.index(END) + len(END)] + "\n"
-    assert table == markdown_table(load_specs()), "README.md's table is stale: paste `qconform list --markdown`"
+    message = "README.md's table is stale: run `python3 -m conformance.contract_table README.md`"
+    assert table == markdown_table(load_specs()), message
+
+
+def test_replace_table_keeps_the_text_around_the_markers() -> None:
+    text = f"intro\n{BEGIN}\nold\n{END}\noutro\n"
+    assert replace_table(text, f"{BEGIN}\nnew\n{END}\n") == f"intro\n{BEGIN}\nnew\n{END}\noutro\n"
 
 
 def test_readme_stays_short() -> None:
