@@ -14,7 +14,7 @@ triton, numpy, pytest and pytest-benchmark, so it also runs where nox is not ins
 at ``--run-s`` seconds, a cut shard run again one contract a process (``--retry-parallel`` side by side,
 ``--retry-s`` each), the shards merged into ``<reports>/<backend>``; then ``gpu-tests`` (unless
 ``--skip-gpu-tests``) within ``--gpu-s``; then, with ``--sweep-spec``, an exhaustive sweep within ``--sweep-s``.
-Results go to ``--out`` (``$OUT``, else ``reports/gpu``): ``env.txt``, ``reports.tgz``, ``gpu-junit.xml``,
+Results go to ``--out`` (``$OUT``, else ``reports-gpu``): ``env.txt``, ``reports.tgz``, ``gpu-junit.xml``,
 ``bench.json``, ``gpu-pass.log``, ``sweep.log``.  Defaults come from the environment variables the shell drivers
 read (``OUT``, ``BACKENDS``, ``PROFILE``, ``SEED``, ``SPEC``, ``SHARDS``, ``RUN_S``, ``RETRY_S``, ``RETRY_PARALLEL``,
 ``SKIP_GPU_TESTS``, ``GPU_S``, ``SWEEP_SPEC``, ``SWEEP_WHERE``, ``SWEEP_S``, ``DEADLINE_S``).  A ``.whl/``
@@ -74,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--out", type=Path, default=Path(_env("OUT", "reports/gpu")), help="results ($OUT; reports/gpu)")
+        p.add_argument("--out", type=Path, default=Path(_env("OUT", "reports-gpu")), help="results ($OUT; reports-gpu)")
         p.add_argument("--reports", type=Path, default=Path("reports"), help="conformance reports (default reports)")
         p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
 
@@ -401,8 +401,13 @@ def device_pass(runner: Runner, args: argparse.Namespace) -> int:
 def archive(runner: Runner, folder: Path, target: Path) -> None:
     print(("would pack " if runner.dry else "packing ") + f"{folder} into {target}")
     if not runner.dry and folder.exists():
+        skip = target.resolve()  # never the archive itself, should --out lie inside the reports
         with tarfile.open(target, "w:gz") as tar:
-            tar.add(folder, arcname=folder.name)
+            tar.add(folder, arcname=folder.name, filter=lambda m: None if _inside(folder, m.name, skip) else m)
+
+
+def _inside(folder: Path, member: str, path: Path) -> bool:
+    return (folder.parent / member).resolve() == path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
