@@ -12,8 +12,9 @@ triton, numpy, pytest and pytest-benchmark, so it also runs where nox is not ins
 
 ``pass`` is: the environment (``env.txt``); conformance of each backend in ``--shards`` parallel shards, each cut
 at ``--run-s`` seconds, a cut shard run again one contract a process (``--retry-parallel`` side by side,
-``--retry-s`` each), the shards merged into ``<reports>/<backend>``; then ``gpu-tests`` (unless
-``--skip-gpu-tests``) within ``--gpu-s``; then, with ``--sweep-spec``, an exhaustive sweep within ``--sweep-s``.
+``--retry-s`` each), the shards merged into ``<reports>/<backend>``, the backends into ``<reports>/matrix``;
+then ``gpu-tests`` (unless ``--skip-gpu-tests``) within ``--gpu-s``; then, with ``--sweep-spec``, an exhaustive
+sweep within ``--sweep-s``.
 Results go to ``--out`` (``$OUT``, else ``reports-gpu``): ``env.txt``, ``reports.tgz``, ``gpu-junit.xml``,
 ``bench.json``, ``gpu-pass.log``, ``sweep.log``.  Defaults come from the environment variables the shell drivers
 read (``OUT``, ``BACKENDS``, ``PROFILE``, ``SEED``, ``SPEC``, ``SHARDS``, ``RUN_S``, ``RETRY_S``, ``RETRY_PARALLEL``,
@@ -389,6 +390,10 @@ def device_pass(runner: Runner, args: argparse.Namespace) -> int:
     backends = args.backend or _env("BACKENDS", "fast torch").split()
     for backend in backends:
         status |= conformance(runner, args, backend)
+    if len(backends) > 1:  # every backend in one conformance matrix, as ``nox -s conformance`` writes it
+        merged = [str(args.reports / b / "report.json") for b in backends]
+        matrix = Step(_qconform("report", "merge", *merged, "--report", str(args.reports / "matrix")))
+        status |= runner.run(matrix) > 1
     archive(runner, args.reports, args.out / "reports.tgz")
     if not args.skip_gpu_tests:
         status |= gpu_tests(runner, args)

@@ -36,6 +36,7 @@ def test_pass_runs_each_shard_in_its_time_box_then_gpu_tests_and_a_sweep(device_
     assert [("--shard 1/2" in s, "--shard 2/2" in s) for s in shards[:2]] == [(True, False), (False, True)]
     assert all("timeout 120 " in s and "--seed 3" in s and "--profile default" in s for s in shards)
     assert any("report merge --report" in line for line in lines)
+    assert not any("reports/matrix" in line for line in lines), "one backend: no matrix"
     assert any("pytest tests -m gpu" in line and str(tmp_path / "gpu-junit.xml") in line for line in lines)
     assert any("--benchmark-json " + str(tmp_path / "bench.json") in line for line in lines)
     (sweep,) = [line for line in lines if "--profile exhaustive" in line]
@@ -54,6 +55,8 @@ def test_pass_takes_its_defaults_from_the_shell_drivers_variables(device_pass, c
         "timeout 90 " in r and "--seed 7" in r and "--profile smoke" in r and "--spec 'cast.*'" in r for r in runs
     )
     assert not any("pytest" in line for line in lines)
+    (matrix,) = [line for line in lines if line.endswith("/reports/matrix")]
+    assert "reports/torch/report.json" in matrix and "reports/fast/report.json" in matrix
 
 
 def test_sweep_selections_within_a_deadline(device_pass, capsys, tmp_path) -> None:
