@@ -1,13 +1,14 @@
 # /// script
 # dependencies = ["nox>=2024.4.15"]
 # ///
-"""qconform's sessions: tests (CI), conformance (the main job), gpu, bench, lint.
+"""qconform's sessions: tests (CI), conformance (the main job), lint, and the GPU work: gpu, bench, sweep.
 
 CI runs ``nox -s tests lint`` on CPU-only machines.  torch comes from ``QCONFORM_TORCH``
 (default ``torch==2.13.0+cpu``, the CPU build; pip must be able to see a CPU wheel, e.g.
-through a find-links or extra index in pip.conf).  The ``gpu`` and ``bench`` sessions use
-the Python that already holds CUDA torch and Triton (``--no-venv``-style sessions), since
-those wheels are too large to reinstall per run.
+through a find-links or extra index in pip.conf).  The ``gpu``, ``bench`` and ``sweep`` sessions use
+the Python that already holds CUDA torch and Triton (``venv_backend="none"``), since those wheels are
+too large to reinstall per run, and hand their flags to ``scripts/device_pass.py`` (which also runs
+without nox: ``python3 scripts/device_pass.py --help``; ``-- --dry-run`` prints the commands only).
 """
 
 from __future__ import annotations
@@ -99,21 +100,30 @@ def conformance(session: nox.Session) -> None:
     _run_conformance(session, args)
 
 
+DEVICE_PASS = "scripts/device_pass.py"
+"""The one driver of GPU work; its argparse flags follow ``--`` (``nox -s gpu -- --help``)."""
+
+
 @nox.session(venv_backend="none")
 def gpu(session: nox.Session) -> None:
-    """On a CUDA machine, in its own Python: conformance of fast and torch, GPU tests, benchmarks."""
-    args = _conformance_args(session)
-    _print_environment(session)
-    _run_conformance(session, args)
-    session.run("python", "-m", "pytest", "-m", "gpu", "tests", "-q", "--junitxml", f"{REPORTS}/gpu-junit.xml")
-    bench(session)
+    """On a CUDA machine: conformance of fast and torch in shards, GPU tests, benchmarks, an optional sweep.
+
+    ``nox -s gpu -- --out DIR --backend fast --shards 4 --run-s 300 --seed 0 --profile default
+    [--skip-gpu-tests] [--sweep-spec 'cast.fp8' --sweep-where "rounding == 'rne'"]``.
+    """
+    session.run("python", DEVICE_PASS, "pass", *session.posargs)
 
 
 @nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
-    """Benchmarks (pytest-benchmark; GPU kernels timed with CUDA events), JSON in reports/."""
-    session.run("python", "-m", "pytest", "tests/bench", "-m", "bench", "--benchmark-enable",
-                f"--benchmark-json={REPORTS}/bench.json", *session.posargs)  # fmt: skip
+    """Benchmarks (pytest-benchmark; GPU kernels timed with CUDA events): ``-- --out DIR [-k EXPR] [FILES]``."""
+    session.run("python", DEVICE_PASS, "bench", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def sweep(session: nox.Session) -> None:
+    """Exhaustive sweeps (every float32 input of a cast): ``-- --out DIR --deadline-s 500 'GLOB|WHERE' ...``."""
+    session.run("python", DEVICE_PASS, "sweep", *session.posargs)
 
 
 @nox.session

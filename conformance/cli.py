@@ -24,6 +24,7 @@ import numpy as np
 from conformance.backends import available_backends
 from conformance.bundle import describe, verify_bundle, write_bundle
 from conformance.case import Case, decode_token
+from conformance.contract_table import markdown_table
 from conformance.errors import BackendError, QConformError
 from conformance.expr import check_expression
 from conformance.parallel import WorkerConfig, run_parallel
@@ -55,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="qconform", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("list", help="every contract with its parameters")
+    listing = sub.add_parser("list", help="every contract with its parameters")
+    listing.add_argument("--markdown", action="store_true", help="the README's contract table (Markdown)")
     show = sub.add_parser("show", help="one spec in full")
     show.add_argument("contract")
     sub.add_parser("backends", help="registered backends")
@@ -122,7 +124,10 @@ def _add_backend_process_options(parser: argparse.ArgumentParser) -> None:
                         help="run the backend in a restartable child process (default) or in this one")  # fmt: skip
 
 
-def _cmd_list() -> int:
+def _cmd_list(markdown: bool = False) -> int:
+    if markdown:
+        print(markdown_table(load_specs()), end="")
+        return 0
     for spec in load_specs():
         params = "; ".join(
             f"{p.name} in {list(p.values or p.range or ())} (default {p.default!r})" for p in spec.params.values()
@@ -304,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "list":
-            return _cmd_list()
+            return _cmd_list(args.markdown)
         if args.command == "show":
             return _cmd_show(args.contract)
         if args.command == "backends":

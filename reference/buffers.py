@@ -28,7 +28,8 @@ Source: TransformerEngine ``pytorch/csrc/quantizer.cpp`` (``Float8CurrentScaling
 ``MXFP8Quantizer``, ``Float8BlockQuantizer``, ``NVFP4Quantizer``: ``create_tensor`` and
 ``get_scale_shape``), ``pytorch/tensor/*_tensor.py`` (``__tensor_flatten__`` lists the inner
 buffers); the recipe contracts ``specs/quant/{fp8_tensor,mx,fp8_block,nvfp4}.yaml``;
-``shared/notes/te_contracts.md`` §7 and ``torch_contracts.md`` §6; ``specs/buffers/describe.yaml``.
+NVIDIA/TransformerEngine@d0067d0:transformer_engine/pytorch/dynamo/tensor_spec.py (``TensorSpec``, buffer order);
+``specs/buffers/describe.yaml``.
 """
 
 from __future__ import annotations

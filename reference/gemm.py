@@ -20,9 +20,9 @@ Contracts
   A contract is found at ``reference.<family>.<operation>``, so ``reference.group`` exports this
   function as ``gemm``; it is not in this module's ``__all__`` for the same reason.
 
-Source: ``torch._scaled_mm`` (``aten/src/ATen/native/cuda/ScaledBlas.cpp``), ``torch._grouped_mm``
-(torch >= 2.8, ``aten/src/ATen/native/cuda/GroupMM.cu``; CPU fallback from 2.9, pytorch#161407);
-``shared/notes/torch_contracts.md`` §6.
+Source: ``torch._scaled_mm`` (pytorch/pytorch@2bec3bd:aten/src/ATen/native/cuda/ScaledBlas.cpp),
+``torch._grouped_mm`` (torch >= 2.8, pytorch/pytorch@00d4eaf:aten/src/ATen/native/cuda/GroupedBlas.cpp; CPU
+fallback from 2.9, pytorch#161407).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def scaled(
     Source
     ------
     ``torch._scaled_mm(a, b.t(), scale_a, scale_b, out_dtype=...)`` with its scales as dequant
-    multipliers (``shared/notes/torch_contracts.md`` §6); the scale layouts it wants are the
+    multipliers (pytorch/pytorch@2bec3bd:aten/src/ATen/native/cuda/ScaledBlas.cpp); the scale layouts it wants are the
     backends' business: here every scale tensor is ``[ceil(rows/R), ceil(K/C)]``, row-major.
 
     Encoding
@@ -136,8 +136,8 @@ def grouped(
     Source
     ------
     ``torch._grouped_mm(a, b, offs=offs)`` (bfloat16 in, float32 accumulation, bfloat16 out);
-    ``shared/notes/torch_contracts.md`` §6.  TransformerEngine's ``GroupedLinear`` runs the same
-    products as one GEMM per expert (``m_splits`` = the group sizes).
+    pytorch/pytorch@00d4eaf:aten/src/ATen/native/cuda/GroupedBlas.cpp.  TransformerEngine's ``GroupedLinear``
+    runs the same products as one GEMM per expert (``m_splits`` = the group sizes).
 
     Encoding
     --------

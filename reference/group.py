@@ -29,8 +29,7 @@ Source: NVIDIA/TransformerEngine ``transformer_engine/pytorch/tensor/storage/gro
 (``GroupedTensorStorage``: class docstring for the logical shapes, ``make_grouped_tensor`` for the
 offsets and the per-member scale allocation ``prod(get_scale_shape(member))``,
 ``split_into_quantized_tensors`` for the per-member views, ``quantize`` for per-member
-quantization), ``pytorch/module/grouped_linear.py`` (``set_tensor_parallel_attributes``);
-``shared/notes/te_contracts.md`` §7.
+quantization), ``pytorch/module/grouped_linear.py`` (``set_tensor_parallel_attributes``), at d0067d0.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """tinygemm int4 weights (contract family ``int4``): torch's tensor-core tiled layout and its dequant.
 
-Source: ``aten/src/ATen/native/cuda/int4mm.cu`` (``_convert_weight_to_int4pack``,
+Source: pytorch/pytorch@6112c47:aten/src/ATen/native/cuda/int4mm.cu (``_convert_weight_to_int4pack``,
 ``_weight_int4pack_mm``; ``matrix_to_m16n8k16_Bint4_layout`` and ``BLayout_TC_int4``), torchao
-``pack_tinygemm_scales_and_zeros`` (``torchao/quantization/utils.py``) and the removed
-``dequantize_tensor_core_tiled_layout`` op (pytorch/ao#415); ``shared/notes/torch_contracts.md`` §1-§3.
+``pack_tinygemm_scales_and_zeros`` (pytorch/ao@36027d8:torchao/quantization/utils.py) and the removed
+``dequantize_tensor_core_tiled_layout`` op (pytorch/ao#415:
+pytorch/ao@74846da:torchao/csrc/cuda/tensor_core_tiled_layout/tensor_core_tiled_layout.cu).
 
 Layout
 ------

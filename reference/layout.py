@@ -14,10 +14,10 @@ That is ``S.reshape(R, 4, 32, C, 4).transpose(0, 3, 2, 1, 4)`` flattened, for th
 ``S``.  The output keeps the padded 2-D shape ``[128 R, 4 C]``; only its row-major byte order
 matters (torchao views the same bytes as ``[32 R, 16 C]``).
 
-Sources: cuBLAS documentation, "1D Block Scaling Factors Layout"; TransformerEngine
-``common/cast/mxfp8/swizzle.cuh`` ``gemm_swizzled_scale_idx`` and ``common/swizzle/swizzle.cu``
-(which writes zeros into the padding); torchao ``prototype/mx_formats/utils.py`` ``to_blocked`` /
-``from_blocked`` (shared/notes/te_contracts.md §3, torch_contracts.md §5).
+Sources: cuBLAS documentation, "1D Block Scaling Factors Layout";
+NVIDIA/TransformerEngine@d0067d0:transformer_engine/common/cast/mxfp8/swizzle.cuh ``gemm_swizzled_scale_idx`` and
+NVIDIA/TransformerEngine@d0067d0:transformer_engine/common/swizzle/swizzle.cu (which writes zeros into the padding);
+pytorch/ao@36027d8:torchao/prototype/mx_formats/utils.py ``to_blocked`` / ``from_blocked``.
 """
 
 from __future__ import annotations

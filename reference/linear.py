@@ -28,9 +28,9 @@ Recipes (the quantizer contracts, with TransformerEngine's defaults for each rec
   ``x`` and ``dy``, 16x16 for ``w``, round to nearest even and no Hadamard transform (TE's random
   Hadamard transform of wgrad operands and stochastic rounding of gradients are their own contracts).
 
-Source: TransformerEngine ``transformer_engine/pytorch/module/linear.py`` (``_Linear.forward`` /
-``backward``: which usage of which quantized tensor each GEMM takes), ``common/recipe/__init__.py``
-(recipe defaults); ``shared/notes/te_contracts.md`` §8.
+Source: NVIDIA/TransformerEngine@d0067d0:transformer_engine/pytorch/module/linear.py (``_Linear.forward`` /
+``backward``: which usage of which quantized tensor each GEMM takes),
+NVIDIA/TransformerEngine@d0067d0:transformer_engine/common/recipe/__init__.py (recipe defaults).
 """
 
 from __future__ import annotations

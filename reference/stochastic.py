@@ -7,8 +7,8 @@ statistically: this contract runs the cast ``draws`` times on each input and che
 draw is one of the two neighbouring codes and that the number of upward roundings is consistent
 with the exact probability (the comparator's ``stochastic`` kind, a binomial bound).
 
-Source: TransformerEngine ``tests/pytorch/nvfp4/test_nvfp4_sr_quantize.py`` checks stochastic
-rounding the same way (results are adjacent grid values, unbiased); shared/notes/te_contracts.md §5.
+Source: NVIDIA/TransformerEngine@d0067d0:tests/pytorch/nvfp4/test_nvfp4_sr_quantize.py checks stochastic rounding
+the same way (results are adjacent grid values, unbiased).
 """
 
 from __future__ import annotations
@@ -70,8 +70,9 @@ def nvfp4(x: np.ndarray, *, draws: int) -> dict[str, np.ndarray]:
     fraction of the way from ``|lower|`` to the next E2M1 magnitude (0 where the two agree: exact
     values, NaN, saturation).
 
-    Source: TransformerEngine ``tests/pytorch/nvfp4/test_nvfp4_sr_quantize.py`` (results adjacent,
-    unbiased); ``quant.nvfp4`` ``rounding="stochastic"`` (shared/notes/te_contracts.md §5).
+    Source: NVIDIA/TransformerEngine@d0067d0:tests/pytorch/nvfp4/test_nvfp4_sr_quantize.py (results adjacent, unbiased);
+    ``quant.nvfp4`` ``rounding="stochastic"``
+    (NVIDIA/TransformerEngine@d0067d0:transformer_engine/common/util/ptx.cuh ``stochastic_round_fp4_e2m1``).
 
     Outputs: ``codes`` uint8 ``[draws, M, K]`` (this implementation's draws, from a fixed seed);
     ``lower``, ``upper`` uint8 ``[M, K]``; ``p_upper`` float64 ``[M, K]``.  Raises as ``quant.nvfp4``

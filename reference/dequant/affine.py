@@ -2,7 +2,7 @@
 
 Source: pytorch/ao@36027d8 ``torchao/quantization/quant_primitives.py``: ``_dequantize_affine``
 (int zero point), ``_dequantize_affine_no_zero_point`` (none), ``_dequantize_affine_tinygemm``
-(float zero); ``shared/notes/torch_contracts.md`` §2 and §4.  Groups as ``quant.affine``: ``q`` is
+(float zero).  Groups as ``quant.affine``: ``q`` is
 ``[R, C]`` and ``scale`` (and the zero point) ``[R / block_rows, C / block_cols]``.
 
 Arithmetic

@@ -8,7 +8,7 @@ exact values of ``out_dtype``.
 Source: NVIDIA/TransformerEngine@d0067d0 ``common/cast/fp8/dequantize_fp8.cuh``
 (``dequantize_func``: ``value * scale_inv``), ``pytorch/tensor/storage/float8_blockwise_tensor_storage.py``
 (``_dequantize_vectorwise``: ``q.float() * scale_inv`` then ``.to(dtype)``; columnwise data
-dequantized and transposed back); ``shared/notes/te_contracts.md`` §1, §4.
+dequantized and transposed back).
 """
 
 from __future__ import annotations

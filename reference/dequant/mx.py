@@ -43,8 +43,7 @@ def mx(
     ------
     OCP Microscaling Formats (MX) v1.0 (value = ``X * P_i``); TransformerEngine
     ``common/cast/mxfp8/dequantize_mxfp8.cuh`` (``exp2f`` of the scale, times the element); torchao
-    ``to_dtype`` (``elem * 2**(s - 127)``, NaN for 255) (shared/notes/te_contracts.md §3,
-    torch_contracts.md §5).
+    ``to_dtype`` (``elem * 2**(s - 127)``, NaN for 255) (pytorch/ao@36027d8:torchao/prototype/mx_formats/mx_tensor.py).
 
     Encoding
     --------

@@ -2,8 +2,7 @@
 
 Source: NVIDIA/TransformerEngine@d0067d0 ``common/cast/nvfp4/dequantize_nvfp4.cuh``
 (``dequantize_fp4_kernel``); pytorch/ao@36027d8 ``torchao/prototype/mx_formats/nvfp4_tensor.py``
-(``NVFP4Tensor.dequantize`` / ``get_hp_scales``); shared/notes/te_contracts.md §5,
-torch_contracts.md §5.
+(``NVFP4Tensor.dequantize`` / ``get_hp_scales``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Source: pytorch/ao@36027d8 ``torchao/quantization/quant_primitives.py``: ``_choose_qparams_affine``
 (mappings ``SYMMETRIC``, ``SYMMETRIC_NO_CLIPPING_ERR``, ``ASYMMETRIC``), ``_choose_qparams_affine_tinygemm``
 (the float zero-point domain), ``_quantize_affine`` (int), ``_quantize_affine_tinygemm`` (float),
-``_quantize_affine_no_zero_point`` (none); ``shared/notes/torch_contracts.md`` §2 and §4.
+``_quantize_affine_no_zero_point`` (none).
 
 Groups
 ------

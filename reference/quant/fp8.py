@@ -14,8 +14,7 @@ transposing ``data`` because both use the same scale.
 
 Source: NVIDIA/TransformerEngine@d0067d0 ``transformer_engine/common/recipe/recipe_common.cuh``
 (``compute_scale_from_amax``), ``common/recipe/current_scaling.cu`` (amax, scale kernels),
-``common/recipe/delayed_scaling.cu`` (history update kernels), ``pytorch/quantization.py``;
-``shared/notes/te_contracts.md`` §0-§2.
+``common/recipe/delayed_scaling.cu`` (history update kernels), ``pytorch/quantization.py``.
 """
 
 from __future__ import annotations

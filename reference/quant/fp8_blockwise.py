@@ -27,8 +27,7 @@ block          rowwise ``scale_inv``                      ``columnwise_scale_inv
 Source: NVIDIA/TransformerEngine@d0067d0 ``common/transpose/quantize_transpose_vector_blockwise.cu``
 (1x128), ``quantize_transpose_square_blockwise.cu`` (128x128), ``common/recipe/recipe_common.cuh``
 ``compute_scale_from_types`` (value_for_inf = the input dtype's max), ``pytorch/csrc/quantizer.cpp``
-``Float8BlockQuantizer::get_scale_shape`` / ``create_tensor`` (shapes), ``docs/.../fp8_blockwise_scaling.rst``;
-``shared/notes/te_contracts.md`` §4.
+``Float8BlockQuantizer::get_scale_shape`` / ``create_tensor`` (shapes), ``docs/.../fp8_blockwise_scaling.rst``.
 """
 
 from __future__ import annotations

@@ -105,8 +105,7 @@ def mx(
     Quantized_Limits::max_norm_rcp``, ``float_to_e8m0`` = ``cvt.rp.satfinite.ue8m0x2.f32``,
     ``exp2f_rcp``; shapes from ``MXFP8Quantizer::get_scale_shape``; 2D from ``compute_ref_2d_quantize``)
     at d0067d0; torchao ``prototype/mx_formats/mx_tensor.py`` ``to_mx`` at 36027d8 and v0.18.0
-    (``ScaleCalculationMode`` FLOOR, CEIL, EVEN, RCEIL); shared/notes/te_contracts.md §0, §3 and
-    torch_contracts.md §5.
+    (``ScaleCalculationMode`` FLOOR, CEIL, EVEN, RCEIL).
 
     Encoding
     --------

@@ -4,7 +4,7 @@ Source: NVIDIA/TransformerEngine@d0067d0 ``common/cast/nvfp4/core_nvfp4.cuh``,
 ``quantize_transpose_nvfp4.cuh``, ``util/ptx.cuh``, ``pytorch/csrc/quantizer.cpp``,
 ``pytorch/custom_recipes/reference_nvfp4.py``, ``tests/cpp/operator/test_cast_nvfp4_transpose.cu``;
 pytorch/ao@36027d8 ``torchao/prototype/mx_formats/nvfp4_tensor.py`` (``nvfp4_quantize``,
-``per_tensor_amax_to_scale``); shared/notes/te_contracts.md §0, §5, torch_contracts.md §5.
+``per_tensor_amax_to_scale``).
 A given amax (``amax_source="given"``): TE ``pytorch/csrc/quantizer.cpp``
 ``NVFP4Quantizer::quantize_with_amax`` and ``quantize_impl`` (``compute_amax=false``, the amax
 all-reduce of ``with_amax_reduction``); torchao ``nvfp4_quantize(x, 16, per_tensor_scale)``.

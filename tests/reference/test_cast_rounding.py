@@ -235,7 +235,8 @@ def test_stochastic_rounding_is_unbiased(name: str, value: float, dtype: type) -
 
 # -- TransformerEngine's software stochastic rounding (E2M1, 8 random bits) ----------------------------
 def transformer_engine_sr_e2m1(x: np.ndarray, random_bytes: np.ndarray) -> np.ndarray:
-    """TE's fallback of ``cvt.rs.satfinite.e2m1x4.f32`` as float32 arithmetic (shared/notes/te_contracts.md §5).
+    """TE's fallback of ``cvt.rs.satfinite.e2m1x4.f32`` as float32 arithmetic
+    (NVIDIA/TransformerEngine@d0067d0:transformer_engine/common/util/ptx.cuh).
 
     ``u = byte / 256``; ``step`` is 0.5 below 2, 1 below 4, else 2; ``q = floor((|x| + u*step) / step) * step``,
     capped at 6, with the sign of ``x``; NaN gives +6.
