@@ -355,8 +355,6 @@ def _nvfp4(ctx: _TE) -> Implementation:
             return "TE's kernels clamp 1 / 0 to FLT_MAX (zero_scale=flt_max)"
         if params["rounding"] != "rne":
             return "TE's stochastic rounding draws its own random bits; the contract's are explicit inputs"
-        if params["amax_scope"] == "row" and params["usage"] != "rowwise":
-            return "TE refuses columnwise output with row_scaled_nvfp4 (row-scaled NVFP4 is rowwise only)"
         return None
 
     return _impl(ctx, "nvfp4", quantize, rule)
