@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from conformance.backends import available_backends
+from conformance.backends import available_backends, load_backend
 from conformance.bundle import describe, verify_bundle, write_bundle
 from conformance.case import Case, decode_token
 from conformance.contract_table import markdown_table
@@ -304,6 +304,18 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0 if evaluation.status == "pass" else 1
 
 
+def _cmd_backends() -> int:
+    """Each registered backend, its entry point, and whether it builds here (the reason when not)."""
+    for name, value in sorted(available_backends().items()):
+        try:
+            load_backend(name)
+            state = "available"
+        except Exception as exc:  # an optional backend that cannot build is listed, not fatal
+            state = f"unavailable: {exc}"
+        print(f"{name:14s} {value}  {state}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
@@ -313,9 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "show":
             return _cmd_show(args.contract)
         if args.command == "backends":
-            for name, value in sorted(available_backends().items()):
-                print(f"{name:14s} {value}")
-            return 0
+            return _cmd_backends()
         if args.command == "run":
             return _cmd_run(args, argv)
         if args.command == "report":
