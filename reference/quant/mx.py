@@ -22,7 +22,7 @@ E2M3 2, E3M2 4, E2M1 2):
   stays at ``j``.  That happens exactly where ``d =
   2**j * (1 + m * 2**-23)`` with ``0 < m <= T(j)``, ``T(j) = floor(2**23 * (2**h(j) - 1))`` and ``h(j)`` half
   the float32 spacing above ``j`` (``T`` is 0 for ``-4 <= j <= 3``, 22 for ``j >= 64`` and ``j <= -65``, e.g.
-  E4M3 amaxes up to 38 ulps above ``448 * 2**j``); for ``j = -127`` (subnormal ``d``) the grid is ``2**-22``
+  E4M3 amaxes up to 39 ulps above ``448 * 2**j``); for ``j = -127`` (subnormal ``d``) the grid is ``2**-22``
   and ``T = 11``.  The reference computes that table (``_log2_slack``); it is the ``ceil`` of the correctly
   rounded ``log2``, which is also the ``ceil`` of torch's (Sleef, not correctly rounded) float32
   ``torch.log2`` on the CPU for every positive float32 ``d`` (checked exhaustively under torch 2.13's
