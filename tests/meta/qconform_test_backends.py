@@ -363,3 +363,17 @@ def nvfp4_amax_first_chunk() -> Backend:
         lambda p: p["amax_source"] == "computed" and p["amax_scope"] == "tensor" and not p["rht"],
         "the computed tensor amax without RHT",
     )
+
+
+def fp8_delayed_fused_never_skips() -> Backend:
+    """``quant.fp8_delayed`` ``update="fused"``: the history rolls and the scale updates even when the recorded
+    amax is 0 (the fused kernel's skip is lost, as in the unfused kernel): a degenerate-state bug, visible only
+    with an all-zero (or all-NaN) ``x`` and a history whose newest entry is 0 or -0 or negative."""
+    fp8 = importlib.import_module("reference.quant.fp8")
+
+    def step(x: np.ndarray, amax_history: np.ndarray, scale: np.ndarray, **params: Any) -> dict[str, np.ndarray]:
+        return fp8.fp8_delayed(x, amax_history, scale, **{**params, "update": "unfused"})
+
+    return _planted(
+        "fp8-delayed-fused-never-skips", "quant.fp8_delayed", step, lambda p: p["update"] == "fused", "fused only"
+    )

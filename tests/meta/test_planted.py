@@ -127,6 +127,14 @@ SCALE_BUGS = [
         129 * 129,  # two 1x128 blocks a row and a ragged tail; fp8_block is not elementwise, so no shrinking
         id="fp8-block-last-tile",
     ),
+    pytest.param(
+        "fp8_delayed_fused_never_skips",
+        "quant.fp8_delayed",
+        "update == 'fused' and format == 'float8_e4m3fn' and amax_compute_algo == 'max' and usage == 'both'",
+        "amax_history",
+        2,  # a spec example: an all-zero x and a history whose newest entry is 0; other fused rows pass
+        id="fp8-delayed-degenerate-state",
+    ),
     # Not caught by smoke today: the inputs they need are not generated yet (issue #32).
     pytest.param(
         "nvfp4_block_scale_association",
