@@ -192,7 +192,9 @@ def test_planted_nibble_swap_leaves_the_other_order_right(test_backends: str) ->
     assert [r.status for r in results] == ["pass"]
 
 
-@pytest.mark.parametrize(("planted", "pattern", "where", "output", "largest"), [p.values for p in SCALE_BUGS])
+@pytest.mark.parametrize(
+    ("planted", "pattern", "where", "output", "largest"), [pytest.param(*p.values, id=p.id) for p in SCALE_BUGS]
+)
 def test_planted_scale_bug_rows_exist(
     test_backends: str, planted: str, pattern: str, where: str | None, output: str, largest: int
 ) -> None:
