@@ -227,6 +227,8 @@ def mx_scale_byte(
         # above 2**-127 (M > 0x400000).  (bits - 1) >> 22 is 0 up to 0x400000, 1 below 0x800000 and never below
         # the first term for a normal d, so the minimum covers both.  An infinite d gives 255, clamped to 254.
         byte = tl.minimum((bits + 0x7FFFFF) >> 23, (bits - 1) >> 22)
+        if RCEIL_DIVIDE:  # torchao 0.18: ceil of a float32 log2, which rounds to j just above 2**j
+            byte = byte - mx_log2_keeps_power(bits)
     else:
         finite = tl.minimum(amax, 0x7F800000)  # NaN patterns are overridden below; keep the add in range
         if RULE == 2:
@@ -244,6 +246,25 @@ def mx_scale_byte(
     else:
         byte = tl.where(amax > 0x7F800000, 255, byte)
     return byte
+
+
+@device
+def mx_log2_keeps_power(bits):
+    """int32 1 where a finite float32 ``d`` (non-negative bits) lies above ``2**j`` but ``RN32(log2 d) == j``, else 0.
+
+    ``d = 2**j * (1 + m * 2**-23)`` with ``0 < m <= T``; ``T`` is 0, 1, 2, 5, 11, 22 as ``a = j`` (``j >= 0``) or
+    ``-j - 1`` (``j < 0``) reaches 4, 8, 16, 32, 64 (half the float32 spacing above ``j`` doubles there).  The
+    subnormal ``d`` above ``2**-127`` (``j = -127``, ``a = 126``) has the grid ``2**-22``: ``2 * m`` is compared.
+    """
+    exponent = bits >> 23
+    mantissa = bits & 0x7FFFFF
+    offset = tl.where(exponent == 0, 2 * (mantissa - 0x400000), mantissa)
+    j = exponent - 127
+    a = tl.where(j >= 0, j, -j - 1)
+    slack = tl.where(
+        a >= 64, 22, tl.where(a >= 32, 11, tl.where(a >= 16, 5, tl.where(a >= 8, 2, (a >= 4).to(tl.int32))))
+    )
+    return ((offset > 0) & (offset <= slack) & (exponent < 255)).to(tl.int32)
 
 
 @device
@@ -1288,6 +1309,8 @@ def _scale_bytes_torch(amax: torch.Tensor, plan: _Plan) -> torch.Tensor:
         bits = descale.view(torch.int32) & 0x7FFFFFFF
         exponent, mantissa = bits >> 23, bits & 0x7FFFFF
         byte = exponent + torch.where(exponent == 0, mantissa > 0x400000, mantissa != 0).to(torch.int32)
+        if plan.edges == "torchao_018":
+            byte = byte - _log2_keeps_power_torch(exponent, mantissa)
     else:
         finite = amax.clamp(max=_F32_INF)
         if plan.rule == "even":
@@ -1304,6 +1327,15 @@ def _scale_bytes_torch(amax: torch.Tensor, plan: _Plan) -> torch.Tensor:
     else:
         byte = byte.masked_fill(amax > _F32_INF, _E8M0_NAN)
     return byte
+
+
+def _log2_keeps_power_torch(exponent: torch.Tensor, mantissa: torch.Tensor) -> torch.Tensor:
+    """int32 1 where torchao 0.18's ``ceil(log2(d))`` stays at ``j`` above ``2**j``: :func:`mx_log2_keeps_power`."""
+    offset = torch.where(exponent == 0, 2 * (mantissa - 0x400000), mantissa)
+    j = exponent - 127
+    a = torch.where(j >= 0, j, -j - 1)
+    slack = (a >= 4).to(torch.int32) + (a >= 8) + 3 * (a >= 16) + 6 * (a >= 32) + 11 * (a >= 64)
+    return ((offset > 0) & (offset <= slack) & (exponent < 255)).to(torch.int32)
 
 
 def _reciprocal_torch(byte: torch.Tensor, plan: _Plan) -> torch.Tensor:

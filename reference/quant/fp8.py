@@ -66,8 +66,8 @@ def scale_from_amax(
     1. ``amax < epsilon`` gives ``epsilon`` (NaN fails the comparison and stays NaN);
     2. amax ±Inf, 0 or NaN gives scale 1 (and nothing below applies);
     3. ``scale = fp8_max / amax``, an IEEE float32 division (``__fdiv_rn``);
-    4. an infinite scale (amax below about ``fp8_max / FLT_MAX``, i.e. float32 subnormal amaxes)
-       becomes ``value_for_inf``;
+    4. an infinite scale (amax at most about ``fp8_max / FLT_MAX``: float32 subnormals and tiny normals,
+       e.g. below 1.3e-36 for E4M3) becomes ``value_for_inf``;
     5. ``power_2_scale``: the mantissa bits are cleared (``bits & 0xFF800000``), rounding the scale
        down to a power of two.
     """

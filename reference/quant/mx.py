@@ -15,9 +15,18 @@ E2M3 2, E3M2 4, E2M1 2):
   mantissa bits: add ``1 << (22 - m)`` and clear the mantissa), then ``floor``;
 - ``rceil`` (cuBLAS, TransformerEngine, torchao RCEIL): ``d = fl32(amax * fl32(1 / max))`` rounded up
   to a power of two, ``s = E_d + (M_d != 0)`` (float32 subnormal ``d``: ``M_d > 0x400000``), i.e. PTX
-  ``cvt.rp.satfinite.ue8m0x2.f32``; ``edges="torchao_018"`` divides, ``d = fl32(amax / max)``, as torchao
-  0.18 does (the same byte for every float32 amax: ``fl32(1 / max)`` lies above ``1 / max`` for every MX max
-  and no float32 amax lies within half an ulp above ``max * 2**j``; checked exhaustively).
+  ``cvt.rp.satfinite.ue8m0x2.f32``.  ``edges="torchao_018"`` is torchao 0.18's eager fallback instead:
+  ``s = clamp(ceil(fl32(log2(fl32(amax / max)))), -127, 127) + 127``.  Dividing instead of
+  multiplying never moves the rounded-up power of two (checked over every float32 amax), but the float32
+  ``log2`` does: a ``d`` just above ``2**j`` has a ``log2`` that rounds to ``j`` itself, so its ``ceil``
+  stays at ``j``.  That happens exactly where ``d =
+  2**j * (1 + m * 2**-23)`` with ``0 < m <= T(j)``, ``T(j) = floor(2**23 * (2**h(j) - 1))`` and ``h(j)`` half
+  the float32 spacing above ``j`` (``T`` is 0 for ``-4 <= j <= 3``, 22 for ``j >= 64`` and ``j <= -65``, e.g.
+  E4M3 amaxes up to 39 ulps above ``448 * 2**j``); for ``j = -127`` (subnormal ``d``) the grid is ``2**-22``
+  and ``T = 11``.  The reference computes that table (``_log2_slack``); it is the ``ceil`` of the correctly
+  rounded ``log2``, which is also the ``ceil`` of torch's (Sleef, not correctly rounded) float32
+  ``torch.log2`` on the CPU for every positive float32 ``d`` (checked exhaustively under torch 2.13's
+  DEFAULT, AVX2 and AVX512 kernels; ``tests/reference/test_quant_mx_torchao.py`` checks ``to_mx`` itself).
 
 and ``s`` is clamped to ``0 .. 254``: blocks of zeros or of tiny values get 0 (``2**-127``).
 
@@ -191,6 +200,8 @@ def scale_bytes(amax: np.ndarray, *, format: str, scale_rule: str, edges: str) -
         bits = descale.view(np.uint32).astype(np.int64) & _F32_MAGNITUDE
         exponent, mantissa = bits >> 23, bits & 0x7F_FFFF
         byte = exponent + np.where(exponent == 0, mantissa > 0x40_0000, mantissa != 0)
+        if edges == "torchao_018":
+            byte = byte - _log2_rounds_to_power(exponent, mantissa)
     else:
         if scale_rule == "even":
             amax = (amax + (1 << (22 - fmt.mantissa_bits))) & _F32_INF
@@ -212,6 +223,32 @@ def scale_bytes(amax: np.ndarray, *, format: str, scale_rule: str, edges: str) -
 def _emax(fmt: FloatFormat) -> int:
     """``floor(log2(max finite))`` of an element format: torchao's ``target_max_pow2``."""
     return int(np.floor(np.log2(fmt.max_finite)))
+
+
+def _log2_slack() -> np.ndarray:
+    """``T`` per float32 exponent field ``E`` of ``d``: the largest ``m`` with ``RN32(log2 d) == j`` (module docstring).
+
+    Row ``E`` is ``j = E - 127`` on the grid ``2**-23`` (``d = 2**j * (1 + m * 2**-23)``); row 0 is ``j = -127``,
+    the subnormal ``d = 2**-127 * (1 + m * 2**-22)`` (mantissa field ``0x400000 + m``).  ``RN32(log2 d) == j``
+    iff ``log2(1 + f) < h(j)``, ``f = m / grid``, ``h(j)`` half the float32 spacing above ``j``: ``m < grid *
+    expm1(h * ln 2)``.  In float64 the bound is within 1e-15 of its exact value, whose fractional part is at least
+    0.09 (or, for ``j = 0``, the bound is below 1e-30), so ``floor`` is exact (``tests/reference`` checks every row
+    against 60-digit ``decimal`` arithmetic).
+    """
+    j = np.arange(-127, 128).astype(np.float32)
+    half_spacing = (np.nextafter(j, np.float32(np.inf)) - j).astype(np.float64) / 2
+    grid = np.where(j == -127, 2.0**22, 2.0**23)
+    return np.floor(grid * np.expm1(half_spacing * np.log(2.0))).astype(np.int64)
+
+
+_LOG2_SLACK = _log2_slack()
+
+
+def _log2_rounds_to_power(exponent: np.ndarray, mantissa: np.ndarray) -> np.ndarray:
+    """True where a finite ``d > 2**j`` (float32 fields) has ``RN32(log2 d) == j``: torchao 0.18's ``ceil`` stays."""
+    offset = np.where(exponent == 0, mantissa - 0x40_0000, mantissa)
+    slack = _LOG2_SLACK[np.minimum(exponent, _LOG2_SLACK.size - 1)]
+    return (exponent < _LOG2_SLACK.size) & (offset > 0) & (offset <= slack)
 
 
 def _reciprocal(scale: np.ndarray, scale_rule: str, edges: str) -> np.ndarray:

@@ -125,6 +125,34 @@ def test_staged_row_scales(monkeypatch: pytest.MonkeyPatch, tile: str) -> None:
 
 
 @pytest.mark.parametrize("path", ["torch", "triton"])
+@pytest.mark.parametrize("format", ["float8_e4m3fn", "float4_e2m1fn"])
+def test_torchao_018_rceil_log2_windows(monkeypatch: pytest.MonkeyPatch, path: str, format: str) -> None:
+    """float32 amaxes ``max * 2**j`` -4..+40 ulps: where torchao 0.18's float32 ``log2`` keeps the scale at ``j`` (up
+    to 39 ulps above for E4M3), the subnormal ``d`` range included; every ``j`` on the torch path, the ends of each
+    slack class (and the subnormal ``d``) in Triton's interpreter, rowwise."""
+    use_path(monkeypatch, path)
+    top = np.float32(448.0 if format == "float8_e4m3fn" else 6.0)
+    powers = np.arange(-160, 130)
+    if path == "triton":
+        ends = [-128, -127, -126, -65, -64, -33, -32, -17, -16, -9, -8, -5, -4, -1, 0, 3, 4, 7, 8, 15, 16, 31, 32, 63]
+        powers = np.array([*ends, 64, 125, 126, 127])
+    with np.errstate(over="ignore"):
+        centres = np.ldexp(top, powers).astype(np.float32)
+    centres = centres[(centres > 0) & np.isfinite(centres)].view(np.uint32).astype(np.int64)
+    bits = np.unique((centres[:, None] + np.arange(-4, 41)).ravel())
+    amax = bits[(bits > 0) & (bits < 0x7F800000)].astype(np.uint32).view(np.float32)
+    values = np.zeros((amax.size + (-amax.size % 32), 32), dtype=np.float32)
+    values[: amax.size, 7] = amax
+    values[: amax.size, 8] = -amax * np.float32(0.37)
+    for usage in ("rowwise",) if path == "triton" else ("rowwise", "columnwise"):  # one mx_scale_byte for both
+        x = values if usage == "rowwise" else np.ascontiguousarray(values.reshape(-1, 32, 32).transpose(0, 2, 1))
+        x = x.reshape(-1, 32)
+        params = {"format": format, "scale_rule": "rceil", "usage": usage, "edges": "torchao_018"}
+        got = mx(torch.from_numpy(x), **params)
+        assert_conforms(got, reference_mx(x, **params), f"{path} {params}")
+
+
+@pytest.mark.parametrize("path", ["torch", "triton"])
 def test_float32_subnormal_blocks(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
     """float32 subnormals: scale 0 multiplies by 2^127 (2^126 or 1 under torchao 0.18), and rceil's
     amax * fl32(1/max) may be a float32 subnormal itself."""

@@ -1,21 +1,31 @@
 """The engine catches planted bugs, isolates crashes and hangs, and passes the reference."""
 
+import fnmatch
+
 import pytest
 
+from conformance.backends import load_backend
 from conformance.registry import load_specs
-from conformance.runner import Runner
+from conformance.runner import Runner, select_rows
 from conformance.worker import InProcessBackend, IsolatedBackend
 
+ALL_SPECS = load_specs("*")
+"""Every spec, parsed once (``load_specs`` reads and validates all spec files on every call)."""
 
-def _run(backend: str, pattern: str, isolated: bool = False, timeout: float = 60.0):
+
+def _specs(pattern: str):
+    return [spec for spec in ALL_SPECS if fnmatch.fnmatchcase(spec.contract, pattern)]
+
+
+def _run(backend: str, pattern: str, isolated: bool = False, timeout: float = 60.0, where: str | None = None):
     handle = IsolatedBackend(backend, timeout) if isolated else InProcessBackend(backend)
     try:
-        return Runner(handle, profile="smoke", seed=0).run(load_specs(pattern))
+        return Runner(handle, profile="smoke", seed=0).run(_specs(pattern), where=where)
     finally:
         handle.close()
 
 
-@pytest.mark.parametrize("contract", [spec.contract for spec in load_specs("*")])
+@pytest.mark.parametrize("contract", [spec.contract for spec in ALL_SPECS])
 def test_reference_conforms_to_itself(contract):
     """Every row of every contract (one test a contract, so that pytest-xdist's workers share them)."""
     results = _run("reference", contract)
@@ -69,3 +79,128 @@ def test_hanging_backend_times_out_and_the_run_goes_on():
     assert cast_rows and all(r.status == "crashed" and "timeout" in r.message for r in cast_rows)
     decode_rows = [r for r in results if r.contract == "decode.fp8" and r.kind == "conformance"]
     assert decode_rows and all(r.status == "pass" for r in decode_rows)
+
+
+# %% Planted kernel bugs in block-scaled contracts (qconform_test_backends), on the rows each bug lives in
+
+NVFP4_TE = "scale_rule == 'te' and block == '1x16' and amax_scope == 'tensor' and not rht and rounding == 'rne'"
+SCALE_BUGS = [
+    # (planted backend, contract, rows, the output the first mismatch names, counterexample elements at most)
+    pytest.param(
+        "mx_rceil_exact_power_rounds_up",
+        "quant.mx",
+        "scale_rule == 'rceil' and format == 'float8_e4m3fn' and usage == 'rowwise' and blocks == '1d'"
+        " and scale_layout == 'compact'",
+        "data_rowwise",
+        64,  # the spec's example: E4M3 amax 448 (2x32), edges=te; no generated case has amax = max * 2**j
+        id="mx-e8m0-decision-point",
+    ),
+    pytest.param(
+        "nvfp4_columnwise_nibbles_swapped",
+        "quant.nvfp4",
+        f"usage != 'rowwise' and {NVFP4_TE} and amax_source == 'computed' and zero_scale == 'flt_max'",
+        "columnwise_data",
+        256,  # 16x16
+        id="nvfp4-columnwise-nibbles",
+    ),
+    pytest.param(
+        "nibbles_high_first_packs_low_first",
+        "pack.nibbles",
+        "order == 'high_first'",
+        "packed",
+        8,
+        id="pack-nibbles-one-order",
+    ),
+    pytest.param(
+        "swizzle_padding_not_zeroed",
+        "layout.scale_swizzle",
+        None,
+        "swizzled",
+        128,  # the spec's example, a 128x1 scale: three padding columns
+        id="swizzle-padding",
+    ),
+    pytest.param(
+        "fp8_block_tail_takes_previous_scale",
+        "quant.fp8_block",
+        "block == '1x128' and usage == 'rowwise' and x_dtype == 'float32'",
+        "data",
+        129 * 129,  # two 1x128 blocks a row and a ragged tail; fp8_block is not elementwise, so no shrinking
+        id="fp8-block-last-tile",
+    ),
+    pytest.param(
+        "fp8_delayed_fused_never_skips",
+        "quant.fp8_delayed",
+        "update == 'fused' and format == 'float8_e4m3fn' and amax_compute_algo == 'max' and usage == 'both'",
+        "amax_history",
+        2,  # a spec example: an all-zero x and a history whose newest entry is 0; other fused rows pass
+        id="fp8-delayed-degenerate-state",
+    ),
+    # Not caught by smoke today: the inputs they need are not generated yet (issue #32).
+    pytest.param(
+        "nvfp4_block_scale_association",
+        "quant.nvfp4",
+        f"{NVFP4_TE} and usage == 'rowwise' and zero_scale == 'flt_max'",
+        "scales",
+        4096,
+        id="nvfp4-block-scale-ulp",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="needs block amaxes b = fl32(mu / c) +- 1..3 ulps for E4M3 midpoints mu, c = fl32(S_enc *"
+            " fl32(1/6)), under a tensor amax whose S_enc = fl32(2688 / amax) is not a power of two",
+        ),
+    ),
+    pytest.param(
+        "fp8_tensor_amax_first_chunk",
+        "quant.fp8_tensor",
+        "x_dtype == 'float32' and format == 'float8_e4m3fn' and usage == 'both' and not power_2_scale"
+        " and epsilon == 0.0",
+        "amax",
+        1 << 20,
+        id="fp8-tensor-amax-partial",
+        marks=pytest.mark.xfail(
+            strict=True, reason="needs x of more than 4096 elements with a unique amax after the first 4096"
+        ),
+    ),
+    pytest.param(
+        "nvfp4_amax_first_chunk",
+        "quant.nvfp4",
+        f"{NVFP4_TE} and usage == 'both' and amax_source == 'computed' and zero_scale == 'flt_max'",
+        "amax",
+        1 << 20,
+        id="nvfp4-global-amax-partial",
+        marks=pytest.mark.xfail(
+            strict=True, reason="needs x of more than 8192 elements (M, K <= 64 today) with a unique amax after them"
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("planted", "pattern", "where", "output", "largest"), SCALE_BUGS)
+def test_planted_scale_bug_is_caught_on_smoke(
+    test_backends: str, planted: str, pattern: str, where: str | None, output: str, largest: int
+) -> None:
+    results = [r for r in _run(f"{test_backends}:{planted}", pattern, where=where) if r.kind == "conformance"]
+    failed = [r for r in results if r.status == "fail"]
+    assert failed, f"{planted} was not caught: {[(r.id, r.status) for r in results]}"
+    assert any(r.message.startswith(f"{output}[") for r in failed), [r.message for r in failed]
+    sizes = [min(t.bits.size for t in r.case.inputs.values()) for r in failed if r.case is not None]
+    assert sizes and min(sizes) <= largest, f"{planted}: smallest counterexample {min(sizes)} elements"
+
+
+def test_planted_nibble_swap_leaves_the_other_order_right(test_backends: str) -> None:
+    results = _run(f"{test_backends}:nibbles_high_first_packs_low_first", "pack.nibbles", where="order == 'low_first'")
+    assert [r.status for r in results] == ["pass"]
+
+
+@pytest.mark.parametrize(
+    ("planted", "pattern", "where", "output", "largest"), [pytest.param(*p.values, id=p.id) for p in SCALE_BUGS]
+)
+def test_planted_scale_bug_rows_exist(
+    test_backends: str, planted: str, pattern: str, where: str | None, output: str, largest: int
+) -> None:
+    """Each planted bug's rows exist and its backend claims them (so an xfail above cannot pass vacuously)."""
+    backend = load_backend(f"{test_backends}:{planted}")
+    rows = [(spec, combo) for spec, combo in select_rows(_specs(pattern), where) if combo is not None]
+    assert rows, f"{planted}: no row matches {where!r}"
+    for spec, combo in rows:
+        assert backend.unsupported_reason(spec.contract, spec.with_defaults(combo)) is None, (planted, combo)

@@ -94,13 +94,14 @@ def test_scale_rule_by_hand(format: str, rule: str, amax: float, byte: int, why:
 
 
 @pytest.mark.parametrize("format", MX_FORMATS)
-def test_rceil_multiply_and_divide_agree(format: str) -> None:
+def test_rceil_multiply_and_divide_round_up_alike(format: str) -> None:
     """TE multiplies amax by fl32(1/max), torchao 0.18 divides by max: the rounded-up power of two is the same.
 
     The reciprocal is correctly rounded and above 1/max for every MX max, and a float32 amax is never within
     half an ulp above max * 2^j, so neither rounding can cross a power of two alone.  Checked once over every
     finite float32 amax for all five formats (2^31 inputs, 0 differences, 101 s); here on every bfloat16
-    amax, random float32 ones and a window around each max * 2^j, the subnormal range included.
+    amax, random float32 ones and a window around each max * 2^j, the subnormal range included.  (torchao
+    0.18's float32 log2 then differs from the round-up on some of these: test_quant_mx_torchao.py.)
     """
     windows = [(np.float32(get_format(format).max_finite) * np.float32(2.0**j)).view(np.uint32) for j in range(-133, 1)]
     around = (np.array(windows, dtype=np.int64)[:, None] + np.arange(-8, 9)).ravel()
@@ -109,8 +110,12 @@ def test_rceil_multiply_and_divide_agree(format: str) -> None:
         [np.arange(0, 0x7F81, dtype=np.int64) << 16, rng.integers(0, 0x7F800001, 1 << 16), around.clip(0, None)]
     )
     te = scale_bytes(amax, format=format, scale_rule="rceil", edges="te")
-    old = scale_bytes(amax, format=format, scale_rule="rceil", edges="torchao_018")
-    assert np.array_equal(te, old)
+    with np.errstate(over="ignore"):
+        divided = amax.astype(np.uint32).view(np.float32) / np.float32(get_format(format).max_finite)
+    bits = divided.view(np.uint32).astype(np.int64)
+    exponent, mantissa = bits >> 23, bits & 0x7F_FFFF
+    round_up = np.clip(exponent + np.where(exponent == 0, mantissa > 0x40_0000, mantissa != 0), 0, 254)
+    assert np.array_equal(te, round_up)
 
 
 # %% Elements and edges by hand
