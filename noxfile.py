@@ -68,6 +68,7 @@ def _conformance_args(session: nox.Session) -> argparse.Namespace:
     parser.add_argument("--spec", default="*")
     parser.add_argument("--profile", default="default", choices=["smoke", "default", "thorough"])
     parser.add_argument("--seed", default="0")
+    parser.add_argument("--jobs", default=str(os.cpu_count() or 1), help="worker processes (default: one a core)")
     return parser.parse_args(session.posargs)
 
 
@@ -80,7 +81,7 @@ def _run_conformance(session: nox.Session, args: argparse.Namespace) -> None:
         # report; only qconform's own backend must conform for the session to pass.
         codes = [0] if backend.startswith("fast") else [0, 1]
         session.run("qconform", "run", "--backend", backend, "--spec", args.spec, "--profile", args.profile,
-                    "--seed", args.seed, "--report", report, success_codes=codes)  # fmt: skip
+                    "--seed", args.seed, "--jobs", args.jobs, "--report", report, success_codes=codes)  # fmt: skip
         session.log(f"reports in {report}/: report.json, report.md, report.html, junit.xml")
         reports.append(f"{report}/report.json")
     session.run("qconform", "report", "merge", *reports, "--report", f"{REPORTS}/matrix", success_codes=[0, 1])

@@ -423,6 +423,10 @@ def _check_semantics(path: Path, text: str, raw: Mapping[str, Any]) -> None:
                     path, text, ["inputs", name, "dtypes", i], f"got {dtype!r}, expected a dtype or a $param of dtypes"
                 )
         for i, vc in enumerate(spec["values"]):
+            sized = vc.get("dims", {}) if isinstance(vc, dict) else {}
+            if bad := [d for d in sized if d not in dims or "rank" in dims[d]]:
+                expected = f"scalar dims of {sorted(d for d in dims if 'rank' not in dims[d])}"
+                raise _fail(path, text, ["inputs", name, "values", i, "dims"], f"got {bad}, expected {expected}")
             fmt = vc.get("format") if isinstance(vc, dict) else None
             if fmt is not None and fmt.lstrip("$") not in (
                 params if fmt.startswith("$") else {**FORMATS, **INTEGER_CODE_BITS}

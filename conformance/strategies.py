@@ -13,6 +13,7 @@ mixtures of those across member params, so that every way the members' shapes ca
 
 from __future__ import annotations
 
+import functools
 import itertools
 import zlib
 from collections.abc import Iterator, Mapping
@@ -27,6 +28,8 @@ from conformance.case import Case, TensorBits
 from conformance.expr import evaluate
 from conformance.registry import Spec
 from conformance.values import (
+    ARRAY_CLASSES,
+    EXTREME_PLACES,
     apply_block_class,
     boundary_pool,
     bulk_sampler,
@@ -99,6 +102,31 @@ def _seeded_rng(*parts: Any) -> np.random.Generator:
     return np.random.default_rng(zlib.crc32(repr(parts).encode()))
 
 
+# Strategies are built once per set of arguments: hypothesis validates a strategy on its first draw, and a
+# new one per draw made that validation a third of the cost of a case.
+_SEEDS = st.integers(0, 2**32 - 1)
+
+
+@functools.lru_cache(maxsize=4096)
+def _integers(lo: int, hi: int) -> st.SearchStrategy[int]:
+    return st.integers(lo, hi)
+
+
+@functools.lru_cache(maxsize=4096)
+def _sampled(values: tuple[Any, ...]) -> st.SearchStrategy[Any]:
+    return st.sampled_from(values)
+
+
+@functools.lru_cache(maxsize=4096)
+def _fixed_lists(elements: st.SearchStrategy[Any], size: int) -> st.SearchStrategy[list[Any]]:
+    return st.lists(elements, min_size=size, max_size=size)
+
+
+@functools.lru_cache(maxsize=4096)
+def _overrides(elements: st.SearchStrategy[int], size: int) -> st.SearchStrategy[list[tuple[int, int]]]:
+    return st.lists(st.tuples(_integers(0, size - 1), elements), max_size=BULK_OVERRIDES)
+
+
 # -- random cases -------------------------------------------------------------------------------
 @st.composite
 def _dims(draw: st.DrawFn, spec: Spec, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -107,18 +135,18 @@ def _dims(draw: st.DrawFn, spec: Spec, params: Mapping[str, Any]) -> dict[str, A
         lo, hi, step = _dim_bounds(spec, name, _scalar_scope(params, dims))
         choices = _valid_values(lo, hi, step)
         assume(choices)
-        sizes = st.sampled_from(choices)
+        sizes = _sampled(tuple(choices))
         if "rank" in d:
-            rank = draw(st.integers(*d["rank"]), label=f"rank of {name}")
-            dims[name] = tuple(draw(st.lists(sizes, min_size=rank, max_size=rank), label=name))
+            rank = draw(_integers(*d["rank"]), label=f"rank of {name}")
+            dims[name] = tuple(draw(_fixed_lists(sizes, rank), label=name))
         else:
             dims[name] = draw(sizes, label=name)
     return dims
 
 
-ELEMENT_DRAW_MAX = 16
+ELEMENT_DRAW_MAX = 8
 """Arrays up to this many elements are drawn element by element; larger ones in bulk (``_bulk_array``)."""
-BULK_OVERRIDES = 8
+BULK_OVERRIDES = 3
 """The most elements of a bulk-drawn array that hypothesis draws one by one (and shrinks) on top of the bulk."""
 
 
@@ -151,34 +179,32 @@ def case_strategy(spec: Spec, fixed: Mapping[str, Any]) -> st.SearchStrategy[Cas
                 count, choices = _member_choices(spec, p.name, params)
                 assume(choices)
                 if draw(st.booleans(), label=f"{p.name} all equal"):
-                    params[p.name] = (draw(st.sampled_from(choices), label=p.name),) * count
+                    params[p.name] = (draw(_sampled(tuple(choices)), label=p.name),) * count
                 else:
-                    each = st.lists(st.sampled_from(choices), min_size=count, max_size=count)
+                    each = _fixed_lists(_sampled(tuple(choices)), count)
                     params[p.name] = tuple(draw(each, label=p.name))
             elif not p.finite:
                 assert p.range is not None
-                params[p.name] = draw(st.integers(*p.range), label=p.name)
+                params[p.name] = draw(_integers(*p.range), label=p.name)
         dims = draw(_dims(spec, params))
         assume(_constraints_hold(spec, params, dims))
         inputs = {}
         for name, decl in spec.active_inputs(params).items():
-            dtype = draw(st.sampled_from(input_dtypes(decl, params)), label=f"{name}.dtype")
+            dtype = draw(_sampled(tuple(input_dtypes(decl, params))), label=f"{name}.dtype")
             how = input_draw(name, decl, dtype, params)
             shape = shape_of(spec, name, dims)
             size, palette = int(np.prod(shape)), int(decl.get("palette", 0))
             flat: Any
             if palette and size > palette:  # draw `palette` values, then fill the array with seeded picks of them
                 values = _bulk_array(draw, how, palette, f"{name} palette")
-                picks = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label=f"{name} seed")).integers(
-                    0, palette, size
-                )
+                picks = np.random.default_rng(draw(_SEEDS, label=f"{name} seed")).integers(0, palette, size)
                 flat = np.array(values, dtype=np.uint64)[picks]
             elif size > ELEMENT_DRAW_MAX:
                 flat = _bulk_array(draw, how, size, name)
             else:
-                flat = draw(st.lists(how.elements, min_size=size, max_size=size), label=name)
+                flat = draw(_fixed_lists(how.elements, size), label=name)
             array = np.array(flat, dtype=np.uint64).astype(get_dtype(dtype).bit_dtype).reshape(shape)
-            block_class = draw(st.sampled_from(how.block_choices))
+            block_class = draw(how.block_class)
             if block_class is not None:
                 array = apply_block_class(array, dtype, block_class, _seeded_rng(array.tobytes()))
             inputs[name] = TensorBits(dtype, array)
@@ -194,21 +220,21 @@ class _InputDraw:
     def __init__(self, classes: list[dict[str, Any]], dtype: str):
         self.elements = st.one_of([element_strategy(vc, dtype) for vc in classes])
         self.samplers = [bulk_sampler(vc, dtype) for vc in classes]
-        self.block_choices = [None, *[vc for vc in classes if vc["class"].endswith("_blocks")]]
+        self.block_class = st.sampled_from([None, *[vc for vc in classes if vc["class"] in ARRAY_CLASSES]])
 
 
 def _bulk_array(draw: st.DrawFn, how: _InputDraw, size: int, name: str) -> np.ndarray:
     """``size`` bit patterns: each element's class and value from a NumPy generator seeded by one draw, then
     up to ``BULK_OVERRIDES`` hypothesis-drawn elements at drawn positions (shrinking takes the seed to 0 and
     the overrides to none or to simple values)."""
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label=f"{name} seed"))
+    rng = np.random.default_rng(draw(_SEEDS, label=f"{name} seed"))
     which = rng.integers(0, len(how.samplers), size=size)
     flat = np.zeros(size, dtype=np.uint64)
     for i, sample in enumerate(how.samplers):
         chosen = np.flatnonzero(which == i)
         if chosen.size:
             flat[chosen] = sample(rng, chosen.size)
-    overrides = st.lists(st.tuples(st.integers(0, size - 1), how.elements), max_size=BULK_OVERRIDES)
+    overrides = _overrides(how.elements, size)
     for index, bits in draw(overrides, label=f"{name} overrides"):
         flat[index] = bits
     return flat
@@ -303,19 +329,42 @@ def boundary_cases(spec: Spec, fixed: Mapping[str, Any]) -> Iterator[Case]:
                         inputs[name] = _companion(spec, name, params, input_dtypes(decl, params)[0], pool.shape, label)
                     yield Case(spec.contract, params, inputs, label)
                     continue
-                for dims in _boundary_dims(spec, params):
+                for dims, place in _class_shapes(spec, params, vc):
                     shape = shape_of(spec, first_input, dims)
                     if int(np.prod(shape)) > BOUNDARY_MAX_NUMEL:
                         continue
                     pool = boundary_pool(vc, dtype)
                     array = np.resize(pool, int(np.prod(shape))).reshape(shape)
-                    array = apply_block_class(array, dtype, vc, _seeded_rng(spec.contract, label, dims))
+                    placed = {**vc, "at": place} if place else vc
+                    array = apply_block_class(array, dtype, placed, _seeded_rng(spec.contract, label, dims))
                     inputs = {first_input: TensorBits(dtype, array)}
                     for name, decl in list(active.items())[1:]:
                         dtypes = input_dtypes(decl, params)
                         dt = dtype if dtype in dtypes else dtypes[0]
                         inputs[name] = _companion(spec, name, params, dt, shape_of(spec, name, dims), label)
-                    yield Case(spec.contract, params, inputs, f"{label}/{_dims_label(dims)}")
+                    where = f"@{place}" if place else ""
+                    yield Case(spec.contract, params, inputs, f"{label}{where}/{_dims_label(dims)}")
+
+
+def _class_shapes(
+    spec: Spec, params: Mapping[str, Any], vc: Mapping[str, Any]
+) -> list[tuple[dict[str, Any], str | None]]:
+    """The dims a value class's boundary cases take, each with where ``lone_extreme`` plants its value.
+
+    A class with ``dims`` (a size class) takes those, the other dims at their smallest positive size: one
+    case per place of ``EXTREME_PLACES`` (or its own ``at``).  Its dims may exceed the ``max`` that random
+    cases draw up to: they are sized to span several chunks of a kernel's reduction.  Other classes take the
+    empty, smallest and ragged dims of ``_boundary_dims``.
+    """
+    if "dims" not in vc:
+        return [(dims, None) for dims in _boundary_dims(spec, params)]
+    base = _boundary_dims(spec, params)
+    positive = next((d for d in base if all(v != 0 for v in d.values() if not isinstance(v, tuple))), base[-1])
+    dims = {**positive, **{k: int(v) for k, v in vc["dims"].items()}}
+    if not _constraints_hold(spec, params, dims):
+        return []
+    places = [vc["at"]] if "at" in vc else list(EXTREME_PLACES) if vc["class"] == "lone_extreme" else [None]
+    return [(dims, place) for place in places]
 
 
 def _dims_label(dims: Mapping[str, Any]) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 import hypothesis.strategies as st
 import numpy as np
 
-from conformance.carriers import get_dtype, round_to_bfloat16
+from conformance.carriers import bits_to_carrier, get_dtype, round_to_bfloat16
 from reference.formats import FORMATS, FloatFormat
 
 __all__ = [
@@ -35,6 +35,12 @@ __all__ = [
 ]
 
 _FLOAT_LAYOUT = {"float32": (8, 23), "float16": (5, 10), "bfloat16": (8, 7), "float64": (11, 52)}
+ARRAY_CLASSES = ("zero_blocks", "outlier_blocks", "lone_extreme")
+"""Classes that act on a whole array after its elements are drawn (``apply_block_class``); their elements are
+``normal`` ones."""
+EXTREME_PLACES = ("last", "middle", "second_chunk")
+"""Where ``lone_extreme`` puts its value: the last element, the middle one, or element 4096 (the first of a
+second chunk of 4,096, the fast kernels' reduction tile) where the array has one."""
 INTEGER_CODE_BITS = {"int8": 8, "int4": 4, "uint4": 4}
 """Integer formats a ``codes``/``all_codes`` class may name for integer inputs: codes 0 .. 2**bits - 1."""
 
@@ -140,7 +146,8 @@ def values_to_bits(values: Any, dtype: str) -> np.ndarray:
 
 
 def _class_key(value_class: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
-    return tuple(sorted((str(k), v) for k, v in value_class.items()))
+    """A hashable key of a class (its ``dims`` mapping as sorted pairs); the pools do not depend on ``dims``."""
+    return tuple(sorted((str(k), v) for k, v in value_class.items() if k not in ("dims", "at")))
 
 
 def boundary_pool(value_class: Mapping[str, Any], dtype: str) -> np.ndarray:
@@ -168,7 +175,7 @@ def _build_pool(value_class: Mapping[str, Any], dtype: str) -> np.ndarray:
             return np.array([0, 1, (1 << d.bits) - 1, 1 << (d.bits - 1), (1 << (d.bits - 1)) - 1], dtype=d.bit_dtype)
         return np.array([0, 1, 2, 3, 7], dtype=d.bit_dtype)
     fmt = FORMATS.get(value_class.get("format", ""))
-    if name in ("normal", "zero_blocks", "outlier_blocks"):
+    if name in ("normal", *ARRAY_CLASSES):
         scale = float(value_class.get("scale", 1.0))
         values = np.array([0.0, 1.0, -1.0, 0.5, 1.5, -2.75, 3.0, 0.1, -0.3, 10.0, 100.0, -1000.0], dtype=np.float64)
         return _float_bits(values * scale, dtype)
@@ -207,7 +214,7 @@ def _element_strategy(key: tuple[tuple[str, Any], ...], dtype: str) -> st.Search
         return st.integers(0, (1 << _code_bits(value_class["format"])) - 1)
     if name == "wide" or d.kind != "float":
         return st.integers(0, (1 << d.bits) - 1) if d.kind != "bool" else st.integers(0, 1)
-    if name in ("normal", "zero_blocks", "outlier_blocks"):
+    if name in ("normal", *ARRAY_CLASSES):
         scale = float(value_class.get("scale", 1.0))
         floats = st.floats(-1e4 * scale, 1e4 * scale, width=32, allow_subnormal=False)
         return floats.map(lambda v: int(_float_bits(np.array([v]), dtype)[0]))
@@ -239,7 +246,7 @@ def _bulk_sampler(key: tuple[tuple[str, Any], ...], dtype: str) -> Sampler:
         return lambda rng, n: rng.integers(0, top, size=n, dtype=np.uint64)
     if name == "wide":
         return lambda rng, n: rng.integers(0, 1 << d.bits, size=n, dtype=np.uint64)
-    if name in ("normal", "zero_blocks", "outlier_blocks"):
+    if name in ("normal", *ARRAY_CLASSES):
         scale = float(value_class.get("scale", 1.0))
 
         def normal(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -259,10 +266,19 @@ def _bulk_sampler(key: tuple[tuple[str, Any], ...], dtype: str) -> Sampler:
 def apply_block_class(
     bits: np.ndarray, dtype: str, value_class: Mapping[str, Any], rng: np.random.Generator
 ) -> np.ndarray:
-    """Zero whole blocks, or put one large outlier in each block, along the last axis."""
+    """Zero whole blocks, or put one large outlier in each block, along the last axis; or (``lone_extreme``)
+    plant one value of larger magnitude than every other finite element of the array at ``at`` (one of
+    ``EXTREME_PLACES``, drawn when the class names none).
+
+    ``lone_extreme`` is for reductions (a per-tensor amax): a tensor filled from a small palette repeats its
+    largest value all over, so a reduction that reads only its first chunk still sees it; a value that
+    exists once, late in the tensor, is seen only by a reduction that reads everything.
+    """
     name = value_class["class"]
-    if name not in ("zero_blocks", "outlier_blocks") or bits.ndim == 0 or bits.shape[-1] == 0:
+    if name not in ARRAY_CLASSES or bits.ndim == 0 or bits.shape[-1] == 0:
         return bits
+    if name == "lone_extreme":
+        return _lone_extreme(bits, dtype, str(value_class.get("at") or rng.choice(EXTREME_PLACES)), rng)
     block = int(value_class.get("block", 32))
     out = bits.copy()
     width = out.shape[-1]
@@ -277,3 +293,20 @@ def apply_block_class(
             outlier = _float_bits(np.array([1e4 * float(value_class.get("scale", 1.0))]), dtype)[0]
             np.put_along_axis(view, where[..., None], outlier, axis=-1)
     return out
+
+
+def _lone_extreme(bits: np.ndarray, dtype: str, at: str, rng: np.random.Generator) -> np.ndarray:
+    if get_dtype(dtype).kind != "float":
+        return bits
+    flat = bits.reshape(-1).copy()
+    index = {"last": flat.size - 1, "middle": flat.size // 2, "second_chunk": min(4096, flat.size - 1)}[at]
+    with np.errstate(invalid="ignore"):  # NaN elements are data; they are left out below
+        values = np.abs(bits_to_carrier(flat, dtype).astype(np.float64))
+    finite = values[np.isfinite(values)]
+    top = float(finite.max()) if finite.size else 0.0
+    exp_bits, man_bits = _FLOAT_LAYOUT[dtype]
+    largest = (2.0 - 2.0**-man_bits) * 2.0 ** ((1 << (exp_bits - 1)) - 1)
+    magnitude = min(max(2.0 * top, 1.0), largest)
+    extreme = _float_bits(np.array([magnitude if rng.integers(0, 2) else -magnitude]), dtype)[0]
+    flat[index] = extreme
+    return flat.reshape(bits.shape)

@@ -135,7 +135,7 @@ SCALE_BUGS = [
         2,  # a spec example: an all-zero x and a history whose newest entry is 0; other fused rows pass
         id="fp8-delayed-degenerate-state",
     ),
-    # Not caught by smoke today: the inputs they need are not generated yet (issue #32).
+    # Not caught by smoke today: the inputs it needs are not generated yet (issue #32).
     pytest.param(
         "nvfp4_block_scale_association",
         "quant.nvfp4",
@@ -155,22 +155,16 @@ SCALE_BUGS = [
         "x_dtype == 'float32' and format == 'float8_e4m3fn' and usage == 'both' and not power_2_scale"
         " and epsilon == 0.0",
         "amax",
-        1 << 20,
+        65 * 130,  # the spec's lone_extreme size class: the amax once, past the first 4,096 elements
         id="fp8-tensor-amax-partial",
-        marks=pytest.mark.xfail(
-            strict=True, reason="needs x of more than 4096 elements with a unique amax after the first 4096"
-        ),
     ),
     pytest.param(
         "nvfp4_amax_first_chunk",
         "quant.nvfp4",
         f"{NVFP4_TE} and usage == 'both' and amax_source == 'computed' and zero_scale == 'flt_max'",
         "amax",
-        1 << 20,
+        128 * 128,  # the spec's lone_extreme size class: the global amax once, past the first 8,192 elements
         id="nvfp4-global-amax-partial",
-        marks=pytest.mark.xfail(
-            strict=True, reason="needs x of more than 8192 elements (M, K <= 64 today) with a unique amax after them"
-        ),
     ),
 ]
 
@@ -182,7 +176,7 @@ def test_planted_scale_bug_is_caught_on_smoke(
     results = [r for r in _run(f"{test_backends}:{planted}", pattern, where=where) if r.kind == "conformance"]
     failed = [r for r in results if r.status == "fail"]
     assert failed, f"{planted} was not caught: {[(r.id, r.status) for r in results]}"
-    assert any(r.message.startswith(f"{output}[") for r in failed), [r.message for r in failed]
+    assert any(m.output == output for r in failed for m in r.mismatches), [r.message for r in failed]
     sizes = [min(t.bits.size for t in r.case.inputs.values()) for r in failed if r.case is not None]
     assert sizes and min(sizes) <= largest, f"{planted}: smallest counterexample {min(sizes)} elements"
 

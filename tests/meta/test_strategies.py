@@ -1,6 +1,7 @@
 """Strategies and value classes stay inside the spec's domain and reach its boundaries."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -58,3 +59,30 @@ def test_elementwise_boundary_cases_cover_each_dtype_and_class():
     for dtype in ("float32", "bfloat16", "float16"):
         for cls in ("normal", "wide", "special", "codes", "midpoints"):
             assert f"boundary:{cls}/{dtype}" in labels
+
+
+def test_size_classes_plant_a_lone_extreme_late_in_a_tensor_of_several_chunks():
+    """``quant.nvfp4``'s size class: 128 x 128 (past the random cases' max of 64), the largest magnitude exactly
+    once, at the last element, the middle one and the first of the second 4,096-element chunk."""
+    (nvfp4,) = load_specs("quant.nvfp4")
+    cases = [c for c in boundary_cases(nvfp4, nvfp4.with_defaults({})) if "lone_extreme" in c.label]
+    places = set()
+    for case in cases:
+        x = case.inputs["x"]
+        assert x.shape == (128, 128)
+        magnitudes = np.abs(bits_to_carrier(x.bits, x.dtype).astype(np.float64)).reshape(-1)
+        (where,) = np.flatnonzero(magnitudes == magnitudes.max())
+        places.add(int(where))
+    assert places == {128 * 128 - 1, 128 * 64, 4096}
+
+
+def test_a_size_class_must_name_declared_dims(tmp_path):
+    from conformance.errors import SpecError
+    from conformance.registry import load_spec
+
+    (nvfp4,) = load_specs("quant.nvfp4")
+    path = tmp_path / "quant" / "nvfp4.yaml"
+    path.parent.mkdir()
+    path.write_text(nvfp4.path.read_text().replace("dims: {M: 128, K: 128}", "dims: {M: 128, Q: 128}"))
+    with pytest.raises(SpecError, match=r"nvfp4.yaml:\d+: inputs.x.values.\d+.dims: got \['Q'\]"):
+        load_spec(path)
