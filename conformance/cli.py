@@ -4,19 +4,33 @@ merge reports, bundle and verify a vendor submission, export and check golden ve
 Exit codes: 0 conformant (a bundle consistent, vectors green, or nothing to report); 1 not shown
 conformant (a row failed, errored or crashed; a merged report is incomplete; a bundle's claims do not
 hold; vectors do not replay green) -- ``run --shard`` judges its own rows, ``report merge`` the whole;
-2 a usage problem (unknown backend, bad ``module:attr``, malformed spec, bad arguments, an input that
-is unreadable or does not fit the others, an unwritable report directory), and then nothing is written.
+2 a usage problem (unknown backend, bad ``module:attr``, malformed spec, bad arguments, a ``--where``
+that selects no row, an input that is unreadable or does not fit the others, an unwritable report
+directory), and then nothing is written; 130 interrupted (SIGINT or SIGTERM): ``run`` stops its worker,
+writes the reports of the rows it finished, marked incomplete with the rows it did not run, and says so.
+
+The verdict line says what it covers (``report.verdict_headline``): ``conformant`` bare only where every
+row ran, else ``conformant on the 25 rows it implements (895 of 920 not implemented)``; a merged matrix
+adds one line per column.  A ``module:attr`` backend is imported with the current directory on the
+import path (appended to it; ``python -m`` puts it first), so a plugin module in the directory you run
+from needs no ``PYTHONPATH``.  A closed stdout (``qconform show 'cast.*' | head``) ends the command
+quietly with exit 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
+import os
 import shlex
+import signal
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -26,7 +40,7 @@ from conformance.bundle import describe, verify_bundle, write_bundle
 from conformance.case import Case, decode_token
 from conformance.contract_table import markdown_table
 from conformance.errors import BackendError, QConformError
-from conformance.expr import check_expression
+from conformance.expr import check_expression, names_in
 from conformance.parallel import WorkerConfig, run_parallel
 from conformance.progress import Progress
 from conformance.registry import PROFILE_DEFAULTS, PROFILES, load_specs
@@ -41,10 +55,10 @@ from conformance.report import (
     result_record,
     run_record,
     spec_records,
-    summary_line,
+    verdict_lines,
     write_reports,
 )
-from conformance.runner import STATUSES, ComboResult, Runner, select_rows
+from conformance.runner import STATUSES, ComboResult, Runner, row_id, select_rows
 from conformance.shard import parse_shard
 from conformance.vectors import check_vectors, export_vectors, load_index
 from conformance.worker import InProcessBackend, IsolatedBackend
@@ -58,8 +72,8 @@ def _parser() -> argparse.ArgumentParser:
 
     listing = sub.add_parser("list", help="every contract with its parameters")
     listing.add_argument("--markdown", action="store_true", help="the README's contract table (Markdown)")
-    show = sub.add_parser("show", help="one spec in full")
-    show.add_argument("contract")
+    show = sub.add_parser("show", help="specs in full: a contract id or a glob over them, as run --spec")
+    show.add_argument("contract", help="a contract id or a glob, e.g. 'cast.*'")
     sub.add_parser("backends", help="registered backends")
 
     run = sub.add_parser("run", help="run specs against a backend and write reports")
@@ -77,8 +91,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar or lines")
 
     replay = sub.add_parser("replay", help="replay one counterexample (a qc1: token or a case .json file)")
-    replay.add_argument("--backend", default="fast")
-    replay.add_argument("case")
+    replay.add_argument("--backend", default="fast", help="registered name or module:attr (default: fast)")
+    _add_backend_process_options(replay)
+    replay.add_argument("case", help="the qc1: token a report prints (quoted, whole) or a case .json file")
 
     report = sub.add_parser("report", help="work with reports").add_subparsers(dest="action", required=True)
     merge = report.add_parser("merge", help="one report from shards and runs (report.json or results.jsonl)")
@@ -118,8 +133,20 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    """``--timeout``: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
 def _add_backend_process_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds one backend call may take")
+    parser.add_argument("--timeout", type=_positive_seconds, default=120.0,
+                        help="seconds one backend call may take (positive; default 120)")  # fmt: skip
     parser.add_argument("--isolation", choices=["process", "none"], default="process",
                         help="run the backend in a restartable child process (default) or in this one")  # fmt: skip
 
@@ -137,11 +164,76 @@ def _cmd_list(markdown: bool = False) -> int:
     return 0
 
 
-def _cmd_show(contract: str) -> int:
-    (spec,) = load_specs(contract)
-    print(f"# {spec.path}  sha256={spec.sha256}")
-    print(spec.path.read_text(), end="")
+def _cmd_show(pattern: str) -> int:
+    for spec in load_specs(pattern):
+        print(f"# {spec.path}  sha256={spec.sha256}")
+        print(spec.path.read_text(), end="")
     return 0
+
+
+def _importable_cwd(backend: str) -> None:
+    """For a ``module:attr`` backend, the current directory on the import path (appended), as ``python -m``
+    has it; a spawned worker inherits ``sys.path``."""
+    cwd = os.getcwd()
+    if ":" in backend and not {"", ".", cwd} & set(sys.path):
+        sys.path.append(cwd)
+
+
+def _open_backend(args: argparse.Namespace) -> InProcessBackend | IsolatedBackend:
+    """The backend of ``--backend``, isolated or not as ``--isolation`` says."""
+    _importable_cwd(args.backend)
+    return (IsolatedBackend if args.isolation == "process" else InProcessBackend)(args.backend, args.timeout)
+
+
+def _check_selection(specs: Sequence[Any], where: str | None, pattern: str) -> None:
+    """``QConformError`` (exit 2) where ``--where`` selects no row: a typo must not read as conformance."""
+    if where is None or select_rows(specs, where):
+        return
+    seen: dict[str, list[Any]] = {}
+    for spec in specs:
+        combos = spec.param_combinations()
+        for name in sorted(names_in(where)):
+            param = spec.params.get(name)
+            if param is None:
+                continue
+            values = seen.setdefault(name, [])
+            lo, hi = param.range or (None, None)
+            domain = [c[name] for c in combos] if param.finite else [f"{lo}..{hi}"]
+            values += [v for v in dict.fromkeys(domain) if v not in values]
+    existing = "; ".join(f"{name} takes {values}" for name, values in seen.items()) or "none of its names is a param"
+    raise QConformError(
+        f"--where {where!r} selects no row of --spec {pattern!r} ({len(specs)} contract(s)); {existing}"
+    )
+
+
+class _Interrupts:
+    """SIGINT and SIGTERM during a run raise ``KeyboardInterrupt`` (the run then stops its worker and writes what it
+    finished); ``hold`` ignores both while the reports are written; leaving restores the handlers.  Outside the
+    main thread (where signals cannot be handled) it does nothing."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __enter__(self) -> _Interrupts:
+        self.active = threading.current_thread() is threading.main_thread()
+        if self.active:
+            self.saved = {s: signal.getsignal(s) for s in self.SIGNALS}
+            for s in self.SIGNALS:
+                signal.signal(s, self._raise)
+        return self
+
+    @staticmethod
+    def _raise(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    def hold(self) -> None:
+        if self.active:
+            for s in self.SIGNALS:
+                signal.signal(s, signal.SIG_IGN)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.active:
+            for s, handler in self.saved.items():
+                signal.signal(s, handler)
 
 
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -149,10 +241,13 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     specs = load_specs(args.spec)
     if args.where is not None:
         check_expression(args.where, {name for spec in specs for name in spec.params})
+    _check_selection(specs, args.where, args.spec)
+    rows = select_rows(specs, args.where, shard)
+    selected = [row_id(spec, combo) for spec, combo in rows]
     created = [] if args.report is None else prepare_report_dir(args.report)
     started = dt.datetime.now(dt.timezone.utc)
     try:
-        handle = (IsolatedBackend if args.isolation == "process" else InProcessBackend)(args.backend, args.timeout)
+        handle = _open_backend(args)
     except (QConformError, BackendError):
         remove_created(created)
         raise
@@ -183,39 +278,54 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if journal is not None:
             journal.add(records[-1])
 
-    rows = select_rows(specs, args.where, shard)
-    progress = Progress(len(rows), quiet=args.quiet)
+    progress = Progress(len(selected), quiet=args.quiet)
 
     def done(result: ComboResult) -> None:
         finished(result)
         progress.row(result)
 
-    try:
-        if args.jobs > 1:
-            handle.close()  # the workers start their own
-            config = WorkerConfig(args.backend, args.isolation, args.timeout, args.profile, args.seed)
-            run_parallel(rows, config, args.jobs, done)
-        else:
-            Runner(handle, profile=args.profile, seed=args.seed, progress=progress.note).run_rows(rows, done)
-    finally:
-        handle.close()
-        progress.close()
-    duration = (dt.datetime.now(dt.timezone.utc) - started).total_seconds()
-    run.update(complete=True, duration_s=round(duration, 3))
-    report = assemble([run], specs_seen, records, args.report)
-    if args.report is not None and journal is not None:
-        journal.end(duration)
-        for path in write_reports(report, args.report):
-            log(f"wrote {path}")
-        journal.remove()
-    _print_verdict(report)
+    with _Interrupts() as interrupts:
+        interrupted = False
+        try:
+            if args.jobs > 1:
+                handle.close()  # the workers start their own
+                config = WorkerConfig(args.backend, args.isolation, args.timeout, args.profile, args.seed)
+                run_parallel(rows, config, args.jobs, done)
+            else:
+                Runner(handle, profile=args.profile, seed=args.seed, progress=progress.note).run_rows(rows, done)
+        except KeyboardInterrupt:
+            interrupted = True
+            interrupts.hold()
+            handle.abort()
+        finally:
+            handle.close()
+            progress.close()
+        duration = (dt.datetime.now(dt.timezone.utc) - started).total_seconds()
+        run.update(complete=not interrupted, duration_s=round(duration, 3))
+        if interrupted:
+            finished_ids = {r["id"] for r in records}
+            run.update(rows_selected=len(selected), rows_not_run=[i for i in selected if i not in finished_ids])
+        report = assemble([run], specs_seen, records, args.report)
+        if args.report is not None and journal is not None:
+            if not interrupted:
+                journal.end(duration)
+            for path in write_reports(report, args.report):
+                log(f"wrote {path}")
+            journal.remove()
+        _print_verdict(report)
+    if interrupted:
+        wrote = f"wrote the incomplete report to {args.report}" if args.report is not None else "no --report given"
+        print(f"qconform: interrupted after {len(records)} of {len(selected)} rows ({len(selected) - len(records)} "
+              f"not run); {wrote}; to finish, run it again: {run['command']}", file=sys.stderr)  # fmt: skip
+        return 130
     # a shard's report is incomplete by itself (report merge judges the whole); the run judges its own rows
     return 1 if report["verdict"] == "non-conformant" else 0
 
 
 def _print_verdict(report: Mapping[str, Any]) -> None:
-    """The verdict, the counts, why the report is incomplete and each failing row, on stdout."""
-    print(f"{report['verdict']}: {summary_line(report)}")
+    """The verdict lines (``report.verdict_lines``), why the report is incomplete and each failing row, on stdout."""
+    for line in verdict_lines(report):
+        print(line)
     for reason in report["incomplete"]:
         print(f"  incomplete: {reason}")
     for r in report["results"]:
@@ -265,7 +375,7 @@ def _cmd_vectors(args: argparse.Namespace) -> int:
         print(f"wrote {len(index['cases'])} cases of {len(specs)} contracts to {args.directory}")
         return 0
     index = load_index(args.directory)
-    handle = (IsolatedBackend if args.isolation == "process" else InProcessBackend)(args.backend, args.timeout)
+    handle = _open_backend(args)
 
     def show(case_id: str, label: str, status: str, message: str) -> None:
         if status in BAD_STATUSES or args.verbose:
@@ -283,19 +393,42 @@ def _cmd_vectors(args: argparse.Namespace) -> int:
 
 
 def _load_case(text: str) -> Case:
+    """The case of a ``qc1:`` token or a case ``.json`` file; ``QConformError`` naming what is wrong."""
+    shown = text if len(text) <= 40 else f"{text[:40]}..."
     if text.startswith("qc1:"):
-        return decode_token(text)
-    return Case.from_json(json.loads(Path(text).read_text()))
+        try:
+            return decode_token(text)
+        except Exception as exc:  # base64, zlib, JSON or the case's fields: all one usage error
+            raise QConformError(
+                f"{shown!r} is not a whole replay token ({type(exc).__name__}: {exc}); pass the whole qc1: string "
+                "a report prints, quoted, or the case file it names"
+            ) from None
+    path = Path(text)
+    try:
+        obj = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise QConformError(f"no case file {text!r} (and it is not a qc1: replay token)") from None
+    except OSError as exc:
+        raise QConformError(f"cannot read case file {text!r}: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise QConformError(f"case file {text!r} is not JSON ({exc})") from None
+    try:
+        return Case.from_json(obj)
+    except Exception as exc:
+        raise QConformError(f"case file {text!r} does not hold a case ({type(exc).__name__}: {exc})") from None
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     case = _load_case(args.case)
     (spec,) = load_specs(case.contract)
-    handle = InProcessBackend(args.backend)
+    handle = _open_backend(args)
     print(case.describe())
     for name, tensor in case.inputs.items():
         print(f"  {name} bits: {np.array2string(tensor.bits.reshape(-1)[:64], formatter={'int': hex})}")
-    evaluation = Runner(handle).evaluate(spec, case)
+    try:
+        evaluation = Runner(handle).evaluate(spec, case)
+    finally:
+        handle.close()
     print(f"{evaluation.status}: {evaluation.message}" if evaluation.message else evaluation.status)
     for mismatch in evaluation.mismatches:
         for e in mismatch.elements:
@@ -340,6 +473,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (QConformError, BackendError) as exc:
         print(f"qconform: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # outside a run's rows (a run handles its own: _cmd_run)
+        print("qconform: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # stdout closed early (qconform show ... | head): not an error of ours
+        _silence_stdout()
+        return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so flushing it at exit does not raise again (Python's documented recipe)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

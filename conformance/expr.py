@@ -6,6 +6,13 @@ Only literals, names, ``name.shape``, subscripts, arithmetic, comparisons, boole
 operators, conditional expressions (``a if cond else b``), lists/tuples and
 ``min``/``max``/``ceil_div`` are allowed; anything else is a
 ``SpecError`` at load time, so a spec can never execute code.
+
+Evaluation is bounded, so no expression (a spec's, or a ``--where`` typed at the command line) can
+hang or exhaust memory: an integer result beyond ``MAX_INT`` (2^64: the sizes, codes and counts
+specs compute fit in 64 bits), an exponent beyond ``MAX_EXPONENT`` in magnitude (the float64 range:
+``2**-1074`` is its least subnormal) and a list longer than ``MAX_LENGTH`` are ``SpecError`` naming
+the expression, checked before the operation is carried out.  So is any other failure to evaluate
+(``block_size.shape`` of an int, a division by zero): a ``SpecError``, never a Python traceback.
 """
 
 from __future__ import annotations
@@ -19,7 +26,14 @@ from typing import Any
 
 from conformance.errors import SpecError
 
-__all__ = ["check_expression", "evaluate", "names_in"]
+__all__ = ["MAX_EXPONENT", "MAX_INT", "MAX_LENGTH", "check_expression", "evaluate", "names_in"]
+
+MAX_INT = 2**64
+"""The largest integer magnitude an expression may compute (module docstring)."""
+MAX_EXPONENT = 1100
+"""The largest exponent magnitude of ``**`` (float64 reaches ``2**-1074``)."""
+MAX_LENGTH = 4096
+"""The longest list an expression may build (shapes and member lists are far shorter)."""
 
 _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -63,6 +77,8 @@ def _parse(source: str) -> ast.Expression:
         tree = ast.parse(str(source), mode="eval")
     except SyntaxError as exc:
         raise SpecError(f"cannot parse expression {source!r}: {exc.msg}") from None
+    except (RecursionError, MemoryError, ValueError) as exc:
+        raise SpecError(f"cannot parse expression {_short(source)!r}: {type(exc).__name__}: {exc}") from None
     for node in ast.walk(tree):
         allowed = (
             ast.Expression, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Name, ast.Load,
@@ -99,7 +115,48 @@ def evaluate(
     if isinstance(source, (int, float)) and not isinstance(source, bool):
         return source
     names: dict[str, Any] = {**scope, **{k: _Shape(v) for k, v in (shapes or {}).items()}}
-    return _eval(_parse(str(source)).body, names, str(source))
+    tree = _parse(str(source))
+    try:
+        return _eval(tree.body, names, str(source))
+    except SpecError:
+        raise
+    except (ArithmeticError, TypeError, ValueError, LookupError, AttributeError, RecursionError, MemoryError) as exc:
+        raise SpecError(f"expression {_short(source)!r}: cannot evaluate: {type(exc).__name__}: {exc}") from None
+
+
+def _short(source: object) -> str:
+    text = str(source)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _bounded(value: Any, source: str) -> Any:
+    """``value``, unless it is an int beyond ``MAX_INT`` or a list beyond ``MAX_LENGTH``."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        raise SpecError(f"expression {_short(source)!r}: an integer beyond 2^64 (the most an expression may compute)")
+    if isinstance(value, (list, tuple, str)) and len(value) > MAX_LENGTH:
+        raise SpecError(f"expression {_short(source)!r}: a sequence longer than {MAX_LENGTH} elements")
+    return value
+
+
+def _checked_binary(op: ast.operator, left: Any, right: Any, source: str) -> Any:
+    """``left op right`` after the checks that keep it small (module docstring)."""
+    if isinstance(op, ast.Pow) and isinstance(right, (int, float)) and not isinstance(right, bool):
+        if abs(right) > MAX_EXPONENT:
+            raise SpecError(f"expression {_short(source)!r}: exponent {right!r} is beyond {MAX_EXPONENT} in magnitude")
+        integers = isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1
+        if integers and (abs(left).bit_length() - 1) * right > 64:
+            raise SpecError(f"expression {_short(source)!r}: {left}**{right} is beyond 2^64 (the most it may compute)")
+    sequences = (list, tuple, str)
+    if isinstance(left, sequences) or isinstance(right, sequences):
+        count = right if isinstance(left, sequences) else left
+        seq = left if isinstance(left, sequences) else right
+        if isinstance(op, ast.Mult) and isinstance(count, int):
+            if len(seq) * max(count, 0) > MAX_LENGTH:
+                raise SpecError(f"expression {_short(source)!r}: a sequence longer than {MAX_LENGTH} elements")
+        elif not isinstance(op, ast.Add):
+            kind = type(seq).__name__
+            raise SpecError(f"expression {_short(source)!r}: {type(op).__name__} does not apply to a {kind}")
+    return _bounded(_BINARY[type(op)](left, right), source)
 
 
 def _eval(node: ast.AST, names: Mapping[str, Any], source: str) -> Any:
@@ -110,7 +167,14 @@ def _eval(node: ast.AST, names: Mapping[str, Any], source: str) -> Any:
             raise SpecError(f"expression {source!r}: name {node.id!r} has no value here")
         return names[node.id]
     if isinstance(node, ast.Attribute):
-        return getattr(_eval(node.value, names, source), node.attr)
+        value = _eval(node.value, names, source)
+        if not isinstance(value, _Shape):
+            what = ast.unparse(node.value)
+            raise SpecError(
+                f"expression {_short(source)!r}: .{node.attr} reads an input's shape, but {what} is {value!r}, "
+                "not an input"
+            )
+        return getattr(value, node.attr)
     if isinstance(node, ast.Subscript):
         return _eval(node.value, names, source)[_eval(node.slice, names, source)]
     if isinstance(node, ast.Slice):
@@ -125,12 +189,12 @@ def _eval(node: ast.AST, names: Mapping[str, Any], source: str) -> Any:
             ast.UAdd: operator.pos,
             ast.Not: operator.not_,
         }
-        return unary[type(node.op)](value)
+        return _bounded(unary[type(node.op)](value), source)
     if isinstance(node, ast.BinOp):
         left, right = _eval(node.left, names, source), _eval(node.right, names, source)
         if isinstance(left, list) and isinstance(node.op, ast.Add):
-            return left + list(right)
-        return _BINARY[type(node.op)](left, right)
+            return _bounded(left + list(right), source)
+        return _checked_binary(node.op, left, right, source)
     if isinstance(node, ast.IfExp):  # only the branch taken is evaluated
         taken = node.body if _eval(node.test, names, source) else node.orelse
         return _eval(taken, names, source)
@@ -147,5 +211,5 @@ def _eval(node: ast.AST, names: Mapping[str, Any], source: str) -> Any:
         return True
     if isinstance(node, ast.Call):
         assert isinstance(node.func, ast.Name)  # guaranteed by _parse
-        return _FUNCTIONS[node.func.id](*(_eval(a, names, source) for a in node.args))
+        return _bounded(_FUNCTIONS[node.func.id](*(_eval(a, names, source) for a in node.args)), source)
     raise SpecError(f"expression {source!r}: cannot evaluate {type(node).__name__}")

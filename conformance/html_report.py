@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from conformance.report import BAD_STATUSES, columns, matrix_rows, row_params, summary_line
+from conformance.report import BAD_STATUSES, columns, matrix_rows, row_params, summary_line, verdict_parts
 
 __all__ = ["render_html"]
 
@@ -89,12 +89,16 @@ def _verdict(report: Mapping[str, Any]) -> str:
     profiles = sorted({r["profile"] for r in runs})
     seeds = sorted({str(r["seed"]) for r in runs})
     reasons = "".join(f"<li>{_e(r)}</li>" for r in report["incomplete"])
+    parts = verdict_parts(report)
+    per_column = "".join(f"<li><b>{_e(label)}</b>: {_e(headline)} ({_e(counts)})</li>" for label, headline, counts
+                         in parts[1:])  # fmt: skip
     return (
         f'<header id="verdict" class="{_e(report["verdict"])}">'
         "<h1>qconform conformance report</h1>"
-        f'<div>Verdict: <span class="verdict-word">{_e(report["verdict"])}</span></div>'
+        f'<div>Verdict: <span class="verdict-word">{_e(parts[0][1])}</span></div>'
         f'<div class="counts">{_counts(report["summary"])}</div>'
-        f'<div class="muted">{len(cols)} implementation(s): {_e(", ".join(c.label for c in cols))}; '
+        + (f'<ul class="column-verdicts">{per_column}</ul>' if per_column else "")
+        + f'<div class="muted">{len(cols)} implementation(s): {_e(", ".join(c.label for c in cols))}; '
         f"{len(report['specs'])} contract spec(s); {len(runs)} run(s); profile {_e(', '.join(profiles))}; "
         f"seed {_e(', '.join(seeds))}</div>" + (f"<ul>{reasons}</ul>" if reasons else "") + "</header>"
     )
@@ -316,7 +320,7 @@ def render_html(report: Mapping[str, Any]) -> str:
     specs = {s["contract"]: s for s in report["specs"]}
     contracts = list(dict.fromkeys(contract for contract, _, _ in rows))
     sections = "".join(_contract(report, specs.get(c), c, [row for row in rows if row[0] == c]) for c in contracts)
-    title = f"qconform: {report['verdict']} ({summary_line(report)})"
+    title = f"qconform: {verdict_parts(report)[0][1]} ({summary_line(report)})"
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'

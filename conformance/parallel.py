@@ -16,6 +16,7 @@ Many machines: ``--shard`` and ``report merge`` (``shard.py``).
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -46,6 +47,8 @@ _RUNNER: Runner | None = None
 def _start_worker(config: WorkerConfig) -> None:
     global _RUNNER
     from conformance.worker import InProcessBackend, IsolatedBackend
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the process group: the parent decides
 
     handle = (IsolatedBackend if config.isolation == "process" else InProcessBackend)(config.backend, config.timeout)
     _RUNNER = Runner(handle, profile=config.profile, seed=config.seed, quiet_sweep=True)
@@ -79,29 +82,48 @@ def run_parallel(
     context = multiprocessing.get_context("spawn")
     while pending:
         with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker, initargs=(config,)) as pool:
-            running: dict[Future[ComboResult], int] = {}
-            queue, broken = list(pending), False
-            while (queue and not broken) or running:
-                while queue and not broken and len(running) < 2 * jobs:  # a little ahead, so no worker waits
-                    if running and (queue[0] in suspects or any(i in suspects for i in running.values())):
-                        break  # a row that was running when a worker died runs alone
-                    index = queue.pop(0)
-                    spec, combo = rows[index]
-                    running[pool.submit(_run_row, str(spec.path), combo)] = index
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in done:
-                    index = running.pop(future)
-                    try:
-                        result = future.result()
-                    except BrokenProcessPool:
-                        broken = True
-                        if index not in suspects:
-                            suspects.add(index)
-                            continue
-                        spec, combo = rows[index]
-                        why = "the worker process running this row died (a backend crash with --isolation none)"
-                        result = _lost(spec, combo, why)
-                    pending.remove(index)
-                    results.append(result)
-                    on_result(result)
+            try:
+                _drain(pool, rows, pending, suspects, results, on_result, jobs)
+            except KeyboardInterrupt:  # stop the workers now; the caller writes what finished
+                for process in list(getattr(pool, "_processes", {}).values()):
+                    process.terminate()
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
     return results
+
+
+def _drain(
+    pool: ProcessPoolExecutor,
+    rows: Sequence[tuple[Spec, dict[str, Any] | None]],
+    pending: list[int],
+    suspects: set[int],
+    results: list[ComboResult],
+    on_result: Callable[[ComboResult], None],
+    jobs: int,
+) -> None:
+    """Run the ``pending`` rows in ``pool`` until they are done or a worker dies (``run_parallel``)."""
+    running: dict[Future[ComboResult], int] = {}
+    queue, broken = list(pending), False
+    while (queue and not broken) or running:
+        while queue and not broken and len(running) < 2 * jobs:  # a little ahead, so no worker waits
+            if running and (queue[0] in suspects or any(i in suspects for i in running.values())):
+                break  # a row that was running when a worker died runs alone
+            index = queue.pop(0)
+            spec, combo = rows[index]
+            running[pool.submit(_run_row, str(spec.path), combo)] = index
+        done, _ = wait(running, return_when=FIRST_COMPLETED)
+        for future in done:
+            index = running.pop(future)
+            try:
+                result = future.result()
+            except BrokenProcessPool:
+                broken = True
+                if index not in suspects:
+                    suspects.add(index)
+                    continue
+                spec, combo = rows[index]
+                why = "the worker process running this row died (a backend crash with --isolation none)"
+                result = _lost(spec, combo, why)
+            pending.remove(index)
+            results.append(result)
+            on_result(result)

@@ -202,7 +202,10 @@ class Spec:
             dict(zip((p.name for p in finite), combo, strict=False))
             for combo in itertools.product(*(p.values or () for p in finite))
         ]
-        return [c for c in combos if all(bool(evaluate(rule, c)) for rule in row_rules)]
+        try:
+            return [c for c in combos if all(bool(evaluate(rule, c)) for rule in row_rules)]
+        except SpecError as exc:
+            raise SpecError(f"{self.path}: constraints: {exc}") from None
 
     def with_defaults(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """``params`` completed with the defaults of the parameters it leaves out."""
@@ -326,7 +329,9 @@ def _load_text(path: Path, text: str) -> Spec:
     raw = _cached_parse(sha256)
     if raw is None:
         try:
-            raw = yaml.load(text, Loader=_LOADER)
+            tree = yaml.compose(text, Loader=_LOADER)
+            _refuse_alias_bombs(path, tree)
+            raw = yaml.constructor.SafeConstructor().construct_document(tree) if tree is not None else None
         except yaml.YAMLError as exc:
             raise SpecError(f"{path}: not valid YAML: {exc}") from None
         if not isinstance(raw, dict):
@@ -374,6 +379,61 @@ def _store_parse(sha256: str, raw: dict[str, Any]) -> None:
         temporary.replace(path)
     except (OSError, ValueError):
         return
+
+
+MAX_EXPANDED_NODES = 100_000
+"""The most YAML nodes a spec may hold with its aliases expanded (the largest spec holds a few thousand)."""
+
+
+def _refuse_alias_bombs(path: Path, tree: yaml.Node | None) -> None:
+    """``SpecError`` with file:line where aliases (``*name``, ``<<: *name``) would expand ``tree`` beyond
+    ``MAX_EXPANDED_NODES`` nodes (a "billion laughs" chain: each level repeats the last, and the run would
+    copy it out until memory ran out), or where an alias refers to a node that contains it (a cycle).
+
+    A composed tree shares the node of an anchor at each of its aliases, so the expanded size of every node
+    is counted once per distinct node: the check takes time linear in the file.
+    """
+    if tree is None:
+        return
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def children(node: yaml.Node) -> list[yaml.Node]:
+        if isinstance(node, yaml.MappingNode):
+            return [n for pair in node.value for n in pair]
+        if isinstance(node, yaml.SequenceNode):
+            return list(node.value)
+        return []
+
+    stack: list[tuple[yaml.Node, bool]] = [(tree, False)]
+    while stack:  # iterative post-order: a deep alias chain must not exhaust the Python stack
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            open_nodes.discard(key)
+            sizes[key] = min(1 + sum(sizes[id(c)] for c in children(node)), MAX_EXPANDED_NODES + 1)
+            continue
+        if key in sizes:
+            continue
+        if key in open_nodes:
+            line = node.start_mark.line + 1
+            raise SpecError(f"{path}:{line}: a YAML alias refers to the node that contains it (a cycle); specs "
+                            "may use anchors and aliases only for values that do not contain themselves")  # fmt: skip
+        open_nodes.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children(node) if id(c) not in sizes)
+    if sizes[id(tree)] <= MAX_EXPANDED_NODES:
+        return
+    node = tree
+    while True:  # the deepest node that is too large by itself: where the repetition happens
+        big = next((c for c in children(node) if sizes[id(c)] > MAX_EXPANDED_NODES), None)
+        if big is None:
+            break
+        node = big
+    raise SpecError(
+        f"{path}:{node.start_mark.line + 1}: YAML aliases expand this value to more than {MAX_EXPANDED_NODES} "
+        "nodes (an alias chain that repeats itself); write the value out, or use fewer aliases"
+    )
 
 
 def _describe(error: jsonschema.ValidationError) -> str:

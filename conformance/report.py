@@ -69,6 +69,9 @@ __all__ = [
     "spec_records",
     "summary_line",
     "validate_report",
+    "verdict_headline",
+    "verdict_lines",
+    "verdict_parts",
     "write_reports",
 ]
 
@@ -228,16 +231,16 @@ def _replay(run: Mapping[str, Any], result: dict[str, Any], report_dir: Path | N
 
 def _incomplete(
     runs: Sequence[Mapping[str, Any]], specs: Sequence[Mapping[str, Any]], results: Sequence[Mapping[str, Any]]
-) -> list[str]:
+) -> list[tuple[str, str]]:
     """Why the report does not cover what its runs set out to run (interrupted runs, missing shards).
 
     A shard that no run of its selection ran still counts as covered when complete runs of the same column hold a
     result for every row it would have run (without ``--where``, whose rows the report cannot tell from their ids):
     a shard lost to a time limit, run again in pieces (``--spec`` globs with the same ``--shard``), completes the
-    report.
+    report.  Each reason comes with the column it concerns.
     """
     reasons = [
-        f"run {i} ({run['column']}, {run['command']}) was interrupted"
+        (run["column"], f"run {i} ({run['column']}, {run['command']}) was interrupted" + _not_run(run))
         for i, run in enumerate(runs)
         if not run["complete"]
     ]
@@ -255,8 +258,53 @@ def _incomplete(
         ]
         if missing:
             scope = f"--spec {spec!r}" + (f" --where {where!r}" if where else "")
-            reasons.append(f"{label}, {scope}: shards {', '.join(f'{i}/{count}' for i in missing)} are missing")
+            shards = ", ".join(f"{i}/{count}" for i in missing)
+            reasons.append((label, f"{label}, {scope}: shards {shards} are missing"))
     return reasons
+
+
+def _not_run(run: Mapping[str, Any]) -> str:
+    """``: N of its M rows not run`` for an interrupted run that recorded them (``rows_not_run``)."""
+    if run.get("rows_not_run") is None or run.get("rows_selected") is None:
+        return ""
+    return f": {len(run['rows_not_run'])} of its {run['rows_selected']} rows not run"
+
+
+def verdict_headline(verdict: str, summary: Mapping[str, int], subject: str = "it implements") -> str:
+    """A verdict that says what it covers: ``conformant`` bare only where every row ran (none not implemented),
+    else ``conformant on the 25 rows it implements (895 of 920 not implemented)``; ``non-conformant`` (a row
+    failed, errored or crashed: the counts say the rest); ``incomplete`` with what held so far."""
+    total = sum(summary.values())
+    missing = summary.get("not-implemented", 0)
+    ran = total - missing
+    if verdict == "non-conformant":
+        return verdict
+    if missing == 0:
+        return verdict if total else f"{verdict} (no rows)"
+    if ran == 0:
+        return f"nothing implemented (all {total} rows not implemented{' so far' if verdict == 'incomplete' else ''})"
+    scope = f"the {ran} row{'s' if ran != 1 else ''} {subject} ({missing} of {total} not implemented)"
+    return f"conformant on {scope}" if verdict == "conformant" else f"incomplete (conformant so far on {scope})"
+
+
+def _verdict(summary: Mapping[str, int], incomplete: bool) -> str:
+    if any(summary.get(s, 0) for s in BAD_STATUSES):
+        return "non-conformant"
+    return "incomplete" if incomplete else "conformant"
+
+
+def _column_verdicts(
+    runs: Sequence[Mapping[str, Any]], results: Sequence[Mapping[str, Any]], incomplete: Sequence[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """One verdict per matrix column, in column order: what that implementation showed, on which rows."""
+    out = []
+    for label in dict.fromkeys(run["column"] for run in runs):
+        counts = Counter(r["status"] for r in results if runs[r["run"]]["column"] == label)
+        summary = {status: counts.get(status, 0) for status in STATUSES}
+        verdict = _verdict(summary, any(col == label for col, _ in incomplete))
+        out.append({"column": label, "verdict": verdict, "headline": verdict_headline(verdict, summary),
+                    "rows": sum(summary.values()), "summary": summary})  # fmt: skip
+    return out
 
 
 def _rows_done(
@@ -296,17 +344,17 @@ def assemble(
         _replay(runs[r["run"]], r, report_dir)
     counts = Counter(r["status"] for r in ordered)
     incomplete = _incomplete(runs, spec_list, ordered)
-    if any(counts[s] for s in BAD_STATUSES):
-        verdict = "non-conformant"
-    elif incomplete:
-        verdict = "incomplete"
-    else:
-        verdict = "conformant"
+    summary = {status: counts.get(status, 0) for status in STATUSES}
+    verdict = _verdict(summary, bool(incomplete))
+    per_column = _column_verdicts(runs, ordered, incomplete)
+    subject = "it implements" if len(per_column) == 1 else "the backends implement"
     return {
         "schema_version": REPORT_SCHEMA_VERSION,
         "verdict": verdict,
-        "summary": {status: counts.get(status, 0) for status in STATUSES},
-        "incomplete": incomplete,
+        "headline": verdict_headline(verdict, summary, subject),
+        "column_verdicts": per_column,
+        "summary": summary,
+        "incomplete": [reason for _, reason in incomplete],
         "error_bin_edges": list(ERROR_BIN_EDGES[:-1]),
         "specs": spec_list,
         "runs": runs,
@@ -452,7 +500,7 @@ def merge_reports(paths: Sequence[Path], report_dir: Path | None) -> dict[str, A
         if key in owner:
             name = runs[r["run"]]["backend"]["name"]
             raise QConformError(
-                f"duplicate case id {r['id']!r} for backend {name!r}: in {sources[owner[key]]} and in "
+                f"duplicate row id {r['id']!r} for backend {name!r}: in {sources[owner[key]]} and in "
                 f"{sources[r['run']]} (a shard given twice, or runs that overlap)"
             )
         owner[key] = r["run"]
@@ -524,8 +572,30 @@ _ICON = {"pass": "pass", "fail": "**FAIL**", "error": "**ERROR**", "crashed": "*
 
 
 def summary_line(report: Mapping[str, Any]) -> str:
-    """``N pass, N fail, ...`` over every status."""
+    """``N pass, N fail, ...`` over every status (of ``report``, or of one of its ``column_verdicts``)."""
     return ", ".join(f"{n} {status}" for status, n in report["summary"].items())
+
+
+def verdict_parts(report: Mapping[str, Any]) -> list[tuple[str | None, str, str]]:
+    """The verdicts at a report's top as (column label or None for the whole, headline, counts): the whole
+    report's, then, where the matrix has several columns, one per column.  A report written before headlines
+    existed gets them computed from its results."""
+    headline = report.get("headline") or report["verdict"]
+    parts: list[tuple[str | None, str, str]] = [(None, headline, summary_line(report))]
+    per_column = report.get("column_verdicts")
+    if per_column is None:
+        pairs = [(run["column"], "") for run in report["runs"] if not run["complete"]]
+        per_column = _column_verdicts(report["runs"], report["results"], pairs)
+    if len(per_column) > 1:
+        parts += [(c["column"], c["headline"], summary_line(c)) for c in per_column]
+    return parts
+
+
+def verdict_lines(report: Mapping[str, Any]) -> list[str]:
+    """``headline: counts``, then ``  label: headline: counts`` per column (``verdict_parts``): what ``qconform``
+    prints."""
+    return [f"{'  ' + label + ': ' if label else ''}{headline}: {counts}" for label, headline, counts in
+            verdict_parts(report)]  # fmt: skip
 
 
 def row_params(result: Mapping[str, Any]) -> str:
@@ -552,7 +622,10 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     lines = [
         "# qconform conformance report",
         "",
-        f"**Verdict: {report['verdict']}** — {summary_line(report)}.",
+        *(
+            f"**Verdict: {headline}** — {counts}." if label is None else f"- `{label}`: **{headline}** — {counts}."
+            for label, headline, counts in verdict_parts(report)
+        ),
         *(f"- incomplete: {reason}" for reason in report["incomplete"]),
         "",
     ]

@@ -38,13 +38,13 @@ from conformance import exhaustive
 from conformance.carriers import carrier_to_bits
 from conformance.case import Case, TensorBits
 from conformance.compare import Mismatch, compare_outputs, tolerance_usage
-from conformance.errors import SpecError
 from conformance.expr import evaluate as evaluate_expr
+from conformance.expr import names_in
 from conformance.registry import Spec
 from conformance.shard import Shard
 from conformance.strategies import boundary_cases, case_strategy, literal_case
 from conformance.values import values_to_bits
-from conformance.worker import CallOutcome, Request
+from conformance.worker import CallOutcome, Request, SupportsFailed
 
 __all__ = [
     "ERROR_BIN_EDGES",
@@ -308,7 +308,13 @@ class Runner:
     def run_combo(self, spec: Spec, combo: Mapping[str, Any]) -> ComboResult:
         start = time.perf_counter()
         result = ComboResult(spec.contract, dict(combo), "pass")
-        reason = self.handle.unsupported_reason(spec.contract, spec.with_defaults(combo))
+        try:
+            reason = self.handle.unsupported_reason(spec.contract, spec.with_defaults(combo))
+        except Exception as exc:  # supports() raised: this row is an error, the run goes on
+            failed = exc if isinstance(exc, SupportsFailed) else SupportsFailed("error", f"{type(exc).__name__}: {exc}")
+            result.status, result.message = failed.status, failed.message
+            result.duration_s = time.perf_counter() - start
+            return result
         if reason is not None:
             result.status, result.message = "not-implemented", reason
             return result
@@ -425,9 +431,12 @@ class Runner:
         result = ComboResult(spec.contract, {}, "pass", kind="invalid-input")
         entries = spec.raw.get("invalid") or []
         if spec.contract not in self.handle.description.get("validates_inputs", []) or not entries:
-            why = (
-                "no invalid-input cases in the spec" if not entries else "the backend does not promise argument errors"
-            )
+            if not entries:
+                why = "no invalid-input cases in the spec"
+            elif spec.contract not in self.handle.description.get("contracts", [spec.contract]):
+                why = f"backend {self.handle.description.get('name', '?')!r} does not implement {spec.contract}"
+            else:
+                why = "the backend does not promise argument errors"
             result.status, result.message = "not-implemented", why
             return result
         for entry in entries:
@@ -479,11 +488,11 @@ def select_rows(
 
 
 def _holds(where: str, params: Mapping[str, Any]) -> bool:
-    """``where`` over a row's params; a name the row lacks makes it false, not an error."""
-    try:
-        return bool(evaluate_expr(where, params))
-    except SpecError:
+    """``where`` over a row's params; a name the row lacks makes it false, not an error (any other failure to
+    evaluate, ``block_size.shape`` of an int, is a ``SpecError`` naming the expression)."""
+    if names_in(where) - set(params):
         return False
+    return bool(evaluate_expr(where, params))
 
 
 def _raised_as_expected(exc_type: str, bases: list[str], message: str, entry: Mapping[str, Any]) -> bool:

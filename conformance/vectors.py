@@ -50,6 +50,7 @@ from conformance.runner import (
     row_id,
     row_seed,
 )
+from conformance.worker import SupportsFailed
 
 __all__ = ["INDEX", "VECTORS_FORMAT", "check_case", "check_vectors", "export_vectors", "load_index"]
 
@@ -209,7 +210,10 @@ def check_case(entry: Mapping[str, Any], root: Path, handle: BackendHandle) -> t
         t["name"]: TensorBits(t["dtype"], _read(root, t, get_dtype(t["dtype"]).bit_dtype)) for t in entry["inputs"]
     }
     case = Case(entry["contract"], entry["params"], inputs, entry["label"])
-    reason = handle.unsupported_reason(case.contract, case.params)
+    try:
+        reason = handle.unsupported_reason(case.contract, case.params)
+    except SupportsFailed as exc:  # the backend's supports() raised: this case is an error
+        return exc.status, exc.message
     if reason is not None:
         return "not-implemented", reason
     reference = {o["name"]: _read(root, o, get_dtype(o["dtype"]).bit_dtype) for o in entry["outputs"]}

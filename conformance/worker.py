@@ -11,12 +11,19 @@ answers stop at; a crash there is confirmed by running that case alone in a fres
 does not crash alone, the batch's cases up to it run one by one to find the one that does.  A hang
 costs ``timeout`` once: the case that hangs is not run again.  ``InProcessBackend`` has the same
 interface without the isolation (``--isolation none``).
+
+A backend's ``supports()`` that raises (or whose process dies or hangs answering) is reported by
+``unsupported_reason`` raising ``SupportsFailed``, which carries the row's status (``error`` or
+``crashed``) and why; the runner records that row and goes on.  The child ignores SIGINT: a Ctrl-C
+at the terminal reaches the whole process group, and the parent decides what to do (it stops the
+child with ``abort``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import signal
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +35,7 @@ import numpy as np
 from conformance.backends import Backend, load_backend
 from conformance.errors import BackendError
 
-__all__ = ["CallOutcome", "InProcessBackend", "IsolatedBackend", "Request"]
+__all__ = ["CallOutcome", "InProcessBackend", "IsolatedBackend", "Request", "SupportsFailed"]
 
 START_TIMEOUT_S = 300.0
 BATCH_BYTES = 64 << 20
@@ -47,6 +54,19 @@ class CallOutcome:
     exc_type: str = ""
     exc_bases: tuple[str, ...] = ()
     message: str = ""
+
+
+class SupportsFailed(Exception):
+    """A backend could not say whether it supports a parameter set: ``status`` is the row's status
+    (``error`` where its ``supports()`` raised, ``crashed`` where its process died or hung), ``message`` why."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def _supports_raised(contract: str, exc_type: str, message: str) -> SupportsFailed:
+    return SupportsFailed("error", f"the backend's supports() for {contract} raised {exc_type}: {message}")
 
 
 def _describe(backend: Backend) -> dict[str, Any]:
@@ -86,10 +106,14 @@ def _sweep_chunk(backend: Backend, request: Mapping[str, Any]) -> str | None:
 
 def _serve(backend_name: str, conn: Connection) -> None:
     """Child process main loop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C (module docstring)
     try:
         backend = load_backend(backend_name)
+    except BackendError as exc:  # its message already says "cannot load backend ..."
+        conn.send(("load_error", str(exc)))
+        return
     except Exception as exc:
-        conn.send(("load_error", f"{type(exc).__name__}: {exc}"))
+        conn.send(("load_error", f"cannot load backend {backend_name!r}: {type(exc).__name__}: {exc}"))
         return
     conn.send(("ready", _describe(backend)))
     while True:
@@ -100,7 +124,11 @@ def _serve(backend_name: str, conn: Connection) -> None:
         if kind == "stop":
             return
         if kind == "supports":
-            conn.send(("ok", backend.unsupported_reason(payload["contract"], payload["params"])))
+            try:
+                answer: Any = backend.unsupported_reason(payload["contract"], payload["params"])
+            except Exception as exc:  # sent back as data: the row is an error, the run goes on
+                answer = CallOutcome("raised", exc_type=type(exc).__name__, message=str(exc))
+            conn.send(("ok", answer))
         elif kind == "call":
             conn.send(("ok", _call(backend, payload)))
         elif kind == "batch":  # answer each call as it finishes: the parent times each one
@@ -118,7 +146,11 @@ class InProcessBackend:
         self.description = _describe(self.backend)
 
     def unsupported_reason(self, contract: str, params: Mapping[str, Any]) -> str | None:
-        return self.backend.unsupported_reason(contract, params)
+        """The backend's reason for not implementing ``params``, or None; ``SupportsFailed`` where it raised."""
+        try:
+            return self.backend.unsupported_reason(contract, params)
+        except Exception as exc:
+            raise _supports_raised(contract, type(exc).__name__, str(exc)) from exc
 
     def call(
         self, contract: str, inputs: Mapping[str, np.ndarray], dtypes: Mapping[str, str], params: Mapping[str, Any]
@@ -137,6 +169,9 @@ class InProcessBackend:
 
     def close(self) -> None:
         """Nothing to release."""
+
+    def abort(self) -> None:
+        """Nothing to stop (an interrupted run)."""
 
 
 class IsolatedBackend:
@@ -165,7 +200,7 @@ class IsolatedBackend:
             raise BackendError(f"backend {self.name!r} died while loading (exit code {process.exitcode})") from None
         if kind != "ready":
             process.join()
-            raise BackendError(f"cannot load backend {self.name!r}: {payload}")
+            raise BackendError(str(payload))
         self._process, self._conn = process, parent
         return dict(payload)
 
@@ -189,7 +224,9 @@ class IsolatedBackend:
     def unsupported_reason(self, contract: str, params: Mapping[str, Any]) -> str | None:
         status, value = self._request("supports", {"contract": contract, "params": dict(params)}, START_TIMEOUT_S)
         if status != "ok":
-            raise BackendError(f"backend {self.name!r} failed to answer whether it supports {contract}: {value}")
+            raise SupportsFailed("crashed", f"backend {status} while answering whether it supports {contract}: {value}")
+        if isinstance(value, CallOutcome):
+            raise _supports_raised(contract, value.exc_type, value.message)
         return None if value is None else str(value)
 
     def call(
@@ -283,6 +320,10 @@ class IsolatedBackend:
         request = {"contract": contract, "params": dict(params), "start": start, "count": count, "shm_name": shm_name}
         status, value = self._request("sweep", request, self.timeout)
         return (None if value is None else str(value)) if status == "ok" else f"{status}: {value}"
+
+    def abort(self) -> None:
+        """Kill the worker now, whatever it is doing (an interrupted run)."""
+        self._kill()
 
     def close(self) -> None:
         if self._conn is not None:

@@ -110,14 +110,23 @@ def load_backend(name: str) -> Backend:
             obj = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as exc:
             raise BackendError(f"cannot load backend {name!r}: {exc}") from exc
+        except Exception as exc:  # the module's own code failed on import
+            raise BackendError(f"cannot load backend {name!r}: importing {module_name} raised "
+                               f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
     else:
         found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
         if not found:
             raise BackendError(
                 f"unknown backend {name!r}; registered: {sorted(available_backends())}, or use module:attr"
             )
-        obj = found[0].load()
-    backend = obj if isinstance(obj, Backend) else obj()
+        try:
+            obj = found[0].load()
+        except Exception as exc:
+            raise BackendError(f"cannot load backend {name!r} ({found[0].value}): {type(exc).__name__}: {exc}") from exc
+    try:
+        backend = obj if isinstance(obj, Backend) else obj()
+    except Exception as exc:
+        raise BackendError(f"cannot load backend {name!r}: {type(exc).__name__}: {exc}") from exc
     if not isinstance(backend, Backend):
         raise BackendError(f"{name!r} gave {type(backend).__name__}, expected a conformance.backends.Backend")
     return backend

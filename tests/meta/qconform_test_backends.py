@@ -416,3 +416,32 @@ def fp8_delayed_fused_never_skips() -> Backend:
     return _planted(
         "fp8-delayed-fused-never-skips", "quant.fp8_delayed", step, lambda p: p["update"] == "fused", "fused only"
     )
+
+
+def supports_raises() -> Backend:
+    """``decode.fp8``'s ``supports()`` raises for ``float8_e5m2`` (the other formats are implemented)."""
+
+    def supports(params: Mapping[str, Any]) -> str | None:
+        if params["format"] == "float8_e5m2":
+            raise KeyError("no table for float8_e5m2")
+        return None
+
+    backend = _backend("supports-raises")
+    contracts = {**backend.contracts, "decode.fp8": Implementation(reference.decode.fp8, supports)}
+    return Backend(name=backend.name, device="cpu", array_kind="numpy", contracts=contracts, info=dict(backend.info))
+
+
+def hangs_late() -> Backend:
+    """``glu.interleave`` never returns; ``glu.deinterleave`` (run before it) passes: a run to interrupt mid-way."""
+
+    def interleave(w: np.ndarray, **params: Any) -> dict[str, np.ndarray]:
+        time.sleep(3600)
+        raise AssertionError("unreachable")
+
+    return _backend("hangs-late", glu_interleave=interleave)
+
+
+def glu_only() -> Backend:
+    """The reference for ``glu.interleave`` alone: every other contract is not implemented."""
+    return Backend(name="glu-only", device="cpu", array_kind="numpy",
+                   contracts={"glu.interleave": reference.glu.interleave}, info={"module": "reference"})  # fmt: skip

@@ -131,10 +131,10 @@ def test_merge_refuses_a_spec_whose_hash_differs(one_report, copy_report, cli, t
     assert not (tmp_path / "m").exists()  # nothing written, not even the directory
 
 
-def test_merge_refuses_duplicate_case_ids(one_report, cli, tmp_path):
+def test_merge_refuses_duplicate_row_ids(one_report, cli, tmp_path):
     outcome = cli("report", "merge", one_report / "report.json", one_report / "report.json", "--report", tmp_path / "m")
     assert outcome.code == 2
-    assert "duplicate case id 'decode.fp8[format=float8_e4m3fn]' for backend 'subset'" in outcome.err
+    assert "duplicate row id 'decode.fp8[format=float8_e4m3fn]' for backend 'subset'" in outcome.err
 
 
 def test_merge_refuses_runs_of_one_backend_with_different_seeds(one_report, copy_report, cli, tmp_path):
