@@ -16,6 +16,7 @@ Many machines: ``--shard`` and ``report merge`` (``shard.py``).
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -49,9 +50,18 @@ def _start_worker(config: WorkerConfig) -> None:
     from conformance.worker import InProcessBackend, IsolatedBackend
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the process group: the parent decides
+    signal.signal(signal.SIGTERM, _stop_worker)  # the parent stops a worker so: take its backend process along
 
     handle = (IsolatedBackend if config.isolation == "process" else InProcessBackend)(config.backend, config.timeout)
     _RUNNER = Runner(handle, profile=config.profile, seed=config.seed, quiet_sweep=True)
+
+
+def _stop_worker(signum: int, frame: object) -> None:
+    if _RUNNER is not None:
+        abort = getattr(_RUNNER.handle, "abort", None)
+        if abort is not None:
+            abort()
+    os._exit(128 + signum)
 
 
 def _run_row(path: str, combo: dict[str, Any] | None) -> ComboResult:

@@ -250,3 +250,24 @@ def test_a_module_attr_backend_is_imported_from_the_current_directory(cli, tmp_p
     outcome = cli("run", "--backend", "local_plugin_29:backend", "--spec", "glu.interleave", "--isolation", "none",
                   "--quiet", "--profile", "smoke")  # fmt: skip
     assert outcome.code == 0 and outcome.out.startswith("conformant: 2 pass"), outcome.err
+
+
+def test_an_interrupted_run_with_jobs_stops_its_workers_and_exits_130(test_backends, tmp_path):
+    report = tmp_path / "r"
+    command = [sys.executable, "-m", "conformance.cli", "run", "--backend", f"{test_backends}:hangs_late",
+               "--spec", "glu.*", "--profile", "smoke", "--quiet", "--jobs", "2", "--report", str(report)]  # fmt: skip
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    journal = report / "results.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:  # rows finish in one worker, one hangs
+        if journal.exists() and journal.read_text().count('"result"') >= 2:
+            break
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, out + err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    written = json.loads((report / "report.json").read_text())
+    assert written["verdict"] == "incomplete" and "glu.interleave" in written["runs"][0]["rows_not_run"]
