@@ -275,7 +275,7 @@ def apply_block_class(
     exists once, late in the tensor, is seen only by a reduction that reads everything.
     """
     name = value_class["class"]
-    if name not in ARRAY_CLASSES or bits.ndim == 0 or bits.shape[-1] == 0:
+    if name not in ARRAY_CLASSES or bits.ndim == 0 or bits.size == 0:
         return bits
     if name == "lone_extreme":
         return _lone_extreme(bits, dtype, str(value_class.get("at") or rng.choice(EXTREME_PLACES)), rng)

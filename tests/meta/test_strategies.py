@@ -86,3 +86,12 @@ def test_a_size_class_must_name_declared_dims(tmp_path):
     path.write_text(nvfp4.path.read_text().replace("dims: {M: 128, K: 128}", "dims: {M: 128, Q: 128}"))
     with pytest.raises(SpecError, match=r"nvfp4.yaml:\d+: inputs.x.values.\d+.dims: got \['Q'\]"):
         load_spec(path)
+
+
+def test_array_classes_leave_empty_arrays_alone():
+    from conformance.values import apply_block_class
+
+    for shape in [(0,), (0, 5), (5, 0)]:
+        for vc in ({"class": "lone_extreme"}, {"class": "outlier_blocks", "block": 2}, {"class": "zero_blocks"}):
+            empty = np.zeros(shape, np.uint32)
+            assert apply_block_class(empty, "float32", vc, np.random.default_rng(0)).shape == shape
