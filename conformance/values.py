@@ -26,7 +26,7 @@ from reference.formats import FORMATS, FloatFormat
 __all__ = ["apply_block_class", "boundary_pool", "class_name", "element_strategy", "resolve_class", "values_to_bits"]
 
 _FLOAT_LAYOUT = {"float32": (8, 23), "float16": (5, 10), "bfloat16": (8, 7), "float64": (11, 52)}
-INTEGER_CODE_BITS = {"int8": 8, "int4": 4, "uint4": 4}
+INTEGER_CODE_BITS = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int4": 4, "uint4": 4}
 """Integer formats a ``codes``/``all_codes`` class may name for integer inputs: codes 0 .. 2**bits - 1."""
 
 
