@@ -100,17 +100,18 @@ def _model(nodes: list[Any], inputs: list[Any], outputs: list[Any], initializers
     return model
 
 
-WIDEN_FLOAT8 = {"value": False}
-"""Set by the onnxruntime backend: its Python binding has no NumPy type for some float8 outputs, so they are
-cast to float32 (exact; NaN payloads are lost, which the contracts' nan_equal compare allows) and encoded
-back to codes with ml_dtypes."""
+def _readable_output(
+    nodes: list[Any], produced: str, dtype: str, shape: tuple[int, ...], widen_float8: bool
+) -> tuple[str, Any]:
+    """The graph output: ``produced``, or an exact Cast of it for types NumPy lacks (int4, uint4, bfloat16).
 
-
-def _readable_output(nodes: list[Any], produced: str, dtype: str, shape: tuple[int, ...]) -> tuple[str, Any]:
-    """The graph output: ``produced``, or an exact Cast of it for types NumPy lacks (int4, uint4, bfloat16)."""
+    ``widen_float8`` (onnxruntime, whose Python binding has no NumPy type for some float8 outputs): float8
+    outputs are cast to float32 too (exact; NaN payloads are lost, which the contracts' ``nan_equal``
+    compare allows) and :func:`to_codes` encodes them back with ml_dtypes.
+    """
     helper, types = _import_onnx().helper, _types()
     wider = {"int4": "int8", "uint4": "uint8", "bfloat16": "float32"}.get(dtype)
-    if WIDEN_FLOAT8["value"] and dtype in _FLOAT8:
+    if widen_float8 and dtype in _FLOAT8:
         wider = "float32"
     if wider is None:
         return produced, helper.make_tensor_value_info(produced, types[dtype], shape)
@@ -118,7 +119,9 @@ def _readable_output(nodes: list[Any], produced: str, dtype: str, shape: tuple[i
     return "out", helper.make_tensor_value_info("out", types[wider], shape)
 
 
-def build_quantize(inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> tuple[Any, dict[str, np.ndarray]]:
+def build_quantize(
+    inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], widen_float8: bool = False
+) -> tuple[Any, dict[str, np.ndarray]]:
     """QuantizeLinear for one ``quant.qdq`` case: the model and its feeds."""
     helper, types = _import_onnx().helper, _types()
     x = np.asarray(inputs["x"])
@@ -140,12 +143,14 @@ def build_quantize(inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) 
     if out in _FLOAT8:
         attrs["saturate"] = int(bool(params["saturate"]))
     nodes = [helper.make_node("QuantizeLinear", names, ["y"], **attrs)]
-    _, value_info = _readable_output(nodes, "y", out, shape)
+    _, value_info = _readable_output(nodes, "y", out, shape, widen_float8)
     graph_input = helper.make_tensor_value_info("x", types[x_type], shape)
     return _model(nodes, [graph_input], [value_info], inits), {"x": x}
 
 
-def build_dequantize(inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> tuple[Any, dict[str, np.ndarray]]:
+def build_dequantize(
+    inputs: Mapping[str, np.ndarray], params: Mapping[str, Any], widen_float8: bool = False
+) -> tuple[Any, dict[str, np.ndarray]]:
     """DequantizeLinear for one ``dequant.qdq`` case (codes as an initializer: NumPy has no int4)."""
     helper, types = _import_onnx().helper, _types()
     codes = np.asarray(inputs["x16"] if "x16" in inputs else inputs["x"])
@@ -163,13 +168,15 @@ def build_dequantize(inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]
     if granularity == "blocked":
         attrs["block_size"] = int(params["block_size"])
     nodes = [helper.make_node("DequantizeLinear", names, ["y"], **attrs)]
-    _, value_info = _readable_output(nodes, "y", out, shape)
+    _, value_info = _readable_output(nodes, "y", out, shape, widen_float8)
     graph_input = helper.make_tensor_value_info("x_scale", types["float32"], scale_shape)
     feeds = {"x_scale": np.asarray(inputs["x_scale"], np.float32).reshape(scale_shape)}
     return _model(nodes, [graph_input], [value_info], inits), feeds
 
 
-def build_cast(x: np.ndarray, target: str, saturate: bool | None) -> tuple[Any, dict[str, np.ndarray]]:
+def build_cast(
+    x: np.ndarray, target: str, saturate: bool | None, widen_float8: bool = False
+) -> tuple[Any, dict[str, np.ndarray]]:
     """Cast of ``x`` (float32 / float16) to ``target`` (``saturate`` for float8 targets)."""
     helper, types = _import_onnx().helper, _types()
     x = np.asarray(x)
@@ -178,7 +185,7 @@ def build_cast(x: np.ndarray, target: str, saturate: bool | None) -> tuple[Any, 
     if saturate is not None:
         attrs["saturate"] = int(saturate)
     nodes = [helper.make_node("Cast", ["x"], ["y"], **attrs)]
-    _, value_info = _readable_output(nodes, "y", target, shape)
+    _, value_info = _readable_output(nodes, "y", target, shape, widen_float8)
     x_type = "float16" if x.dtype == np.float16 else "float32"
     return _model(nodes, [helper.make_tensor_value_info("x", types[x_type], shape)], [value_info], []), {"x": x}
 
@@ -206,24 +213,24 @@ def to_codes(value: np.ndarray, dtype: str) -> np.ndarray:
 Runner = Callable[[Any, dict[str, np.ndarray]], np.ndarray]
 
 
-def _contracts(run: Runner, quant_unsupported: tuple[str, ...]) -> dict[str, Implementation]:
+def _contracts(run: Runner, quant_unsupported: tuple[str, ...], widen: bool) -> dict[str, Implementation]:
     def quantize(**kwargs: Any) -> dict[str, np.ndarray]:
         params = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray)}
         arrays = {k: v for k, v in kwargs.items() if isinstance(v, np.ndarray)}
         out = str(params["output_dtype"])
-        codes = to_codes(run(*build_quantize(arrays, params)), out)
+        codes = to_codes(run(*build_quantize(arrays, params, widen)), out)
         return {"y16": codes} if out in _WIDE else {"y": codes}
 
     def dequantize(**kwargs: Any) -> dict[str, np.ndarray]:
         params = {k: v for k, v in kwargs.items() if not isinstance(v, np.ndarray)}
         arrays = {k: v for k, v in kwargs.items() if isinstance(v, np.ndarray)}
-        return {"y": to_codes(run(*build_dequantize(arrays, params)), "float32")}
+        return {"y": to_codes(run(*build_dequantize(arrays, params, widen)), "float32")}
 
     def cast_fp8(x: np.ndarray, *, format: str, overflow: str, rounding: str) -> dict[str, np.ndarray]:
-        return {"codes": to_codes(run(*build_cast(x, format, overflow == "saturate")), format)}
+        return {"codes": to_codes(run(*build_cast(x, format, overflow == "saturate", widen)), format)}
 
     def cast_fp4(x: np.ndarray, *, format: str, rounding: str, nan: str) -> dict[str, np.ndarray]:
-        return {"codes": to_codes(run(*build_cast(x, format, None)), format)}
+        return {"codes": to_codes(run(*build_cast(x, format, None, widen)), format)}
 
     def quant_supports(params: Mapping[str, Any]) -> str | None:
         if params.get("division") != "true_divide":
@@ -261,7 +268,7 @@ def reference_backend() -> Backend:
             return np.asarray(ReferenceEvaluator(model).run(None, feeds)[0])
 
     info = {"onnx": onnx.__version__, "opset": str(OPSET), "evaluator": "onnx.reference.ReferenceEvaluator"}
-    return Backend("onnx-reference", "cpu", "numpy", _contracts(run, ()), info)
+    return Backend("onnx-reference", "cpu", "numpy", _contracts(run, (), widen=False), info)
 
 
 def onnxruntime_backend(provider: str = "") -> Backend:
@@ -276,7 +283,6 @@ def onnxruntime_backend(provider: str = "") -> Backend:
         raise BackendError(
             f"onnxruntime {ort.__version__} has no {provider!r}; available: {ort.get_available_providers()}"
         )
-    WIDEN_FLOAT8["value"] = True
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
 
@@ -287,4 +293,4 @@ def onnxruntime_backend(provider: str = "") -> Backend:
     device = "cpu" if provider == "CPUExecutionProvider" else provider.removesuffix("ExecutionProvider").lower()
     name = "onnxruntime" if provider == "CPUExecutionProvider" else f"onnxruntime:{provider}"
     info = {"onnxruntime": ort.__version__, "onnx": onnx.__version__, "opset": str(OPSET), "provider": provider}
-    return Backend(name, device, "numpy", _contracts(run, ("float4_e2m1fn",)), info)
+    return Backend(name, device, "numpy", _contracts(run, ("float4_e2m1fn",), widen=True), info)
