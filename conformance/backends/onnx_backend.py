@@ -19,7 +19,8 @@ for other providers) and reports ``NOT_IMPLEMENTED`` as the row's not-implemente
 - ``dequant.qdq`` (DequantizeLinear 25): every row; a ``precision`` row is what the backend is judged on,
   and the divergence between them is a finding (``docs/findings.md``).
 - ``cast.fp8`` (Cast 25 with ``saturate``): ``rounding="rne"`` only; ``cast.fp4``: ``rne`` with
-  ``nan="max"`` (ONNX's float4.md: NaN -> 6).
+  ``nan="max"`` (ONNX's float4.md: NaN -> 6); ``cast.int``: int4 / uint4 with ``mode="rne_wrap"`` (ONNX's
+  int4.md: round half to even, then truncate to 4 bits).
 
 bfloat16 inputs reach NumPy backends as float32 holding the bfloat16 value, and are run as float32:
 the quotient and the cast are the same, only the bfloat16 input kernel is not exercised.
@@ -239,6 +240,9 @@ def _contracts(run: Runner, probe: Probe | None = None) -> dict[str, Implementat
     def cast_fp4(x: np.ndarray, *, format: str, rounding: str, nan: str) -> dict[str, np.ndarray]:
         return {"codes": to_codes(run(*build_cast(x, format, None)), format)}
 
+    def cast_int(x: np.ndarray, *, dtype: str, mode: str) -> dict[str, np.ndarray]:
+        return {"codes": to_codes(run(*build_cast(x, dtype, None)), dtype)}
+
     def has_kernel(contract: str, params: Mapping[str, Any]) -> str | None:
         if probe is None:
             return None
@@ -248,7 +252,7 @@ def _contracts(run: Runner, probe: Probe | None = None) -> dict[str, Implementat
             return probe(key, build_quantize(_zeros_like_case(contract, params), probe_params)[0])
         if contract == "dequant.qdq":
             return probe(key, build_dequantize(_zeros_like_case(contract, params), probe_params)[0])
-        target = str(params["format"])
+        target = str(params["dtype"] if contract == "cast.int" else params["format"])
         return probe(key, build_cast(np.zeros(2, np.float32), target, True if "float8" in target else None)[0])
 
     def quant_supports(params: Mapping[str, Any]) -> str | None:
@@ -273,7 +277,15 @@ def _contracts(run: Runner, probe: Probe | None = None) -> dict[str, Implementat
             return "ONNX float4.md: NaN -> 6 (nan='max')"
         return has_kernel("cast.fp4", params)
 
+    def int_supports(params: Mapping[str, Any]) -> str | None:
+        if params.get("dtype") not in ("int4", "uint4"):
+            return "ONNX Cast from float to int8 is undefined out of range"
+        if params.get("mode") != "rne_wrap":
+            return "ONNX int4.md: Cast to int4 rounds half to even and wraps (mode='rne_wrap')"
+        return has_kernel("cast.int", params)
+
     return {
+        "cast.int": Implementation(cast_int, int_supports, validates_inputs=False),
         "quant.qdq": Implementation(quantize, quant_supports, validates_inputs=False),
         "dequant.qdq": Implementation(dequantize, dequant_supports, validates_inputs=False),
         "cast.fp8": Implementation(cast_fp8, fp8_supports, validates_inputs=False),

@@ -122,3 +122,14 @@ def test_ml_dtypes_claims_its_nonsaturating_fp8_cast_and_conforms():
     claimed = [r for r in results if r.status != "not-implemented"]
     assert [r.params["overflow"] for r in claimed] == ["nonsaturating"]
     assert all(r.status == "pass" for r in claimed), {r.id: r.message for r in claimed}
+
+
+@needs_ort
+def test_onnxruntime_cast_to_int4_still_rounds_half_away_from_zero():
+    """docs/findings.md: onnxruntime's Cast to INT4 is cast.int's rna_wrap, where the text says rne_wrap."""
+    from reference.cast import int_
+
+    x = (np.arange(-20, 20) + 0.5).astype(np.float32)
+    got = load_backend("onnxruntime").implementation("cast.int").fn(x, dtype="int4", mode="rne_wrap")["codes"]
+    assert np.array_equal(got, int_(x, dtype="int4", mode="rna_wrap")["codes"])
+    assert not np.array_equal(got, int_(x, dtype="int4", mode="rne_wrap")["codes"])
