@@ -114,13 +114,25 @@ def _readable_output(nodes: list[Any], produced: str, dtype: str, shape: tuple[i
     return "out", helper.make_tensor_value_info("out", types[wider], shape)
 
 
+def _x_input(x: np.ndarray, shape: tuple[int, ...]) -> tuple[list[Any], list[Any], dict[str, np.ndarray]]:
+    """The graph input ``x`` and its feed; a bfloat16 ``x`` (ml_dtypes) becomes an initializer of its raw bits
+    instead, since onnxruntime's Python binding takes no bfloat16 feed (graph optimizations are off)."""
+    helper, types = _import_onnx().helper, _types()
+    if x.dtype.name == "bfloat16":
+        bits = np.ascontiguousarray(x).view(np.uint16).reshape(-1)
+        tensor = helper.make_tensor("x", types["bfloat16"], shape, bits.astype("<u2").tobytes(), raw=True)
+        return [], [tensor], {}
+    x_type = "float16" if x.dtype == np.float16 else "float32"
+    return [helper.make_tensor_value_info("x", types[x_type], shape)], [], {"x": x}
+
+
 def build_quantize(inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> tuple[Any, dict[str, np.ndarray]]:
     """QuantizeLinear for one ``quant.qdq`` case: the model and its feeds."""
     helper, types = _import_onnx().helper, _types()
     x = np.asarray(inputs["x"])
     shape, out = tuple(x.shape), str(params["output_dtype"])
     granularity, axis = str(params["granularity"]), int(params["axis"])
-    x_type = "float16" if x.dtype == np.float16 else "float32"
+    graph_inputs, x_inits, feeds = _x_input(x, shape)
     scale_shape = _scale_shape(inputs["y_scale"], granularity, axis)
     inits = [_initializer("y_scale", inputs["y_scale"], "float32", scale_shape)]
     names = ["x", "y_scale"]
@@ -137,8 +149,7 @@ def build_quantize(inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) 
         attrs["saturate"] = int(bool(params["saturate"]))
     nodes = [helper.make_node("QuantizeLinear", names, ["y"], **attrs)]
     _, value_info = _readable_output(nodes, "y", out, shape)
-    graph_input = helper.make_tensor_value_info("x", types[x_type], shape)
-    return _model(nodes, [graph_input], [value_info], inits), {"x": x}
+    return _model(nodes, graph_inputs, [value_info], x_inits + inits), feeds
 
 
 def build_dequantize(inputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> tuple[Any, dict[str, np.ndarray]]:
@@ -175,8 +186,8 @@ def build_cast(x: np.ndarray, target: str, saturate: bool | None) -> tuple[Any, 
         attrs["saturate"] = int(saturate)
     nodes = [helper.make_node("Cast", ["x"], ["y"], **attrs)]
     _, value_info = _readable_output(nodes, "y", target, shape)
-    x_type = "float16" if x.dtype == np.float16 else "float32"
-    return _model(nodes, [helper.make_tensor_value_info("x", types[x_type], shape)], [value_info], []), {"x": x}
+    graph_inputs, x_inits, feeds = _x_input(x, shape)
+    return _model(nodes, graph_inputs, [value_info], x_inits), feeds
 
 
 def to_codes(value: np.ndarray, dtype: str) -> np.ndarray:
