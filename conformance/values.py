@@ -27,7 +27,8 @@ __all__ = ["apply_block_class", "boundary_pool", "class_name", "element_strategy
 
 _FLOAT_LAYOUT = {"float32": (8, 23), "float16": (5, 10), "bfloat16": (8, 7), "float64": (11, 52)}
 INTEGER_CODE_BITS = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int4": 4, "uint4": 4}
-"""Integer formats a ``codes``/``all_codes`` class may name for integer inputs: codes 0 .. 2**bits - 1."""
+"""Integer formats a ``codes``/``all_codes`` class may name: for integer inputs, codes 0 .. 2**bits - 1; for
+float inputs, ``codes`` are the format's integers and ``midpoints`` the ties k + 0.5 between them."""
 
 
 def _code_bits(fmt: str) -> int:
@@ -108,6 +109,16 @@ def _format_of(vc: Mapping[str, Any], name: str) -> FloatFormat:
     return FORMATS[vc["format"]]
 
 
+def _integer_values(fmt: str, midpoints: bool) -> np.ndarray:
+    """Float values for an integer format: every integer of its range, or every k + 0.5 from one below the
+    minimum to one above the maximum (the rounding ties, and the saturation boundaries)."""
+    bits = INTEGER_CODE_BITS[fmt]
+    low, high = (0, (1 << bits) - 1) if fmt.startswith("u") else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    if midpoints:
+        return np.arange(low - 1, high + 1, dtype=np.float64) + 0.5
+    return np.arange(low, high + 1, dtype=np.float64)
+
+
 def _codes_values(fmt: FloatFormat) -> np.ndarray:
     mags = fmt.finite_magnitudes
     return np.concatenate([mags, -mags]) if fmt.signed else mags
@@ -156,6 +167,10 @@ def boundary_pool(value_class: Mapping[str, Any], dtype: str) -> np.ndarray:
         return patterns.astype(d.bit_dtype)
     if name == "special":
         return _special_values(dtype, fmt)
+    if name in ("codes", "midpoints") and value_class.get("format") in INTEGER_CODE_BITS:
+        values = _integer_values(str(value_class["format"]), midpoints=name == "midpoints")
+        bits = _float_bits(values, dtype)
+        return _with_neighbours(bits, dtype) if name == "midpoints" else bits
     if name == "codes":
         return _float_bits(_codes_values(_format_of(value_class, name)), dtype)
     if name == "midpoints":
