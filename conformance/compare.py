@@ -104,6 +104,7 @@ def compare_outputs(
         dtype = dtypes[name]
         fmt = decl.get("format")
         fmt = params.get(fmt[1:]) if isinstance(fmt, str) and fmt.startswith("$") else fmt
+        fmt = fmt if fmt in FORMATS else None  # integer formats (quant.qdq int8) compare as plain bits
         ref_bits = reference[name]
         try:
             got_bits = carrier_to_bits(np.asarray(got[name]), dtype)
@@ -285,6 +286,7 @@ def tolerance_usage(
         dtype = dtypes[name]
         fmt = decl.get("format")
         fmt = params.get(fmt[1:]) if isinstance(fmt, str) and fmt.startswith("$") else fmt
+        fmt = fmt if fmt in FORMATS else None  # integer formats (quant.qdq int8) compare as plain bits
         ref = reference[name]
         try:
             got_bits = carrier_to_bits(np.asarray(got[name]), dtype)

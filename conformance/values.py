@@ -41,8 +41,9 @@ ARRAY_CLASSES = ("zero_blocks", "outlier_blocks", "lone_extreme")
 EXTREME_PLACES = ("last", "middle", "second_chunk")
 """Where ``lone_extreme`` puts its value: the last element, the middle one, or element 4096 (the first of a
 second chunk of 4,096, the fast kernels' reduction tile) where the array has one."""
-INTEGER_CODE_BITS = {"int8": 8, "int4": 4, "uint4": 4}
-"""Integer formats a ``codes``/``all_codes`` class may name for integer inputs: codes 0 .. 2**bits - 1."""
+INTEGER_CODE_BITS = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int4": 4, "uint4": 4}
+"""Integer formats a ``codes``/``all_codes`` class may name: for integer inputs, codes 0 .. 2**bits - 1; for
+float inputs, ``codes`` are the format's integers and ``midpoints`` the ties k + 0.5 between them."""
 
 
 def _code_bits(fmt: str) -> int:
@@ -123,6 +124,16 @@ def _format_of(vc: Mapping[str, Any], name: str) -> FloatFormat:
     return FORMATS[vc["format"]]
 
 
+def _integer_values(fmt: str, midpoints: bool) -> np.ndarray:
+    """Float values for an integer format: every integer of its range, or every k + 0.5 from one below the
+    minimum to one above the maximum (the rounding ties, and the saturation boundaries)."""
+    bits = INTEGER_CODE_BITS[fmt]
+    low, high = (0, (1 << bits) - 1) if fmt.startswith("u") else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    if midpoints:
+        return np.arange(low - 1, high + 1, dtype=np.float64) + 0.5
+    return np.arange(low, high + 1, dtype=np.float64)
+
+
 def _codes_values(fmt: FloatFormat) -> np.ndarray:
     mags = fmt.finite_magnitudes
     return np.concatenate([mags, -mags]) if fmt.signed else mags
@@ -188,6 +199,10 @@ def _build_pool(value_class: Mapping[str, Any], dtype: str) -> np.ndarray:
         return patterns.astype(d.bit_dtype)
     if name == "special":
         return _special_values(dtype, fmt)
+    if name in ("codes", "midpoints") and value_class.get("format") in INTEGER_CODE_BITS:
+        values = _integer_values(str(value_class["format"]), midpoints=name == "midpoints")
+        bits = _float_bits(values, dtype)
+        return _with_neighbours(bits, dtype) if name == "midpoints" else bits
     if name == "codes":
         return _float_bits(_codes_values(_format_of(value_class, name)), dtype)
     if name == "midpoints":

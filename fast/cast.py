@@ -102,7 +102,7 @@ NAN_POLICIES: tuple[str, ...] = ("max", "signed_max", "negative_zero")
 E8M0_ROUNDINGS: tuple[str, ...] = ("floor", "ceil", "nearest_up")
 E8M0_ZERO_POLICIES: tuple[str, ...] = ("min", "nan")
 INT_DTYPES: tuple[str, ...] = ("int8", "int4", "uint4")
-INT_MODES: tuple[str, ...] = ("rne_clamp", "truncate_wrap")
+INT_MODES: tuple[str, ...] = ("rne_clamp", "truncate_wrap", "rne_wrap", "rna_wrap")
 
 _INPUT_DTYPES: dict[torch.dtype, int] = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 """Accepted input dtypes and the kernels' ``INPUT`` id for each: 0 float32, 1 bfloat16, 2 float16."""
@@ -223,7 +223,7 @@ def _cast_int_kernel(
     x_ptr,
     codes_ptr,
     n_elements,
-    CLAMP: tl.constexpr,
+    MODE: tl.constexpr,
     LOWEST: tl.constexpr,
     HIGHEST: tl.constexpr,
     CODE_MASK: tl.constexpr,
@@ -234,18 +234,25 @@ def _cast_int_kernel(
     mask = offsets < n_elements
     signed, bits = float32_bits(tl.load(x_ptr + offsets, mask=mask), INPUT)
     magnitude = bits & 0x7FFFFFFF
-    if CLAMP:  # rne_clamp: clamp in float32 (bounds are integers, so clamping first changes nothing), then
+    if MODE == 0:  # rne_clamp: clamp in float32 (bounds are integers, so clamping first changes nothing), then
         # round half to even by the float32 addition of 1.5 * 2**23, exact for |v| <= 2**22; NaN gives 0
         clamped = tl.minimum(tl.maximum(bits.to(tl.float32, bitcast=True), LOWEST), HIGHEST)
         rounded = (clamped + 12582912.0) - 12582912.0
         value = tl.where(magnitude > 0x7F800000, 0, rounded.to(tl.int32))
-    else:  # truncate_wrap: only the low 8 bits of the integer part matter (NaN and Inf leave 0 there)
+    else:  # the wrap modes: only the low 8 bits of the integer part matter (NaN and Inf leave 0 there)
         negative = signed >> 31  # 0 or -1: (i ^ negative) - negative is i or -i
         exponent = tl.maximum(magnitude >> 23, 1)
         significand = magnitude - ((exponent - 1) << 23)
         left = tl.minimum(tl.maximum(exponent - 150, 0), 8)
         right = tl.minimum(tl.maximum(150 - exponent, 0), 31)
         integer = (significand << left) >> right
+        if MODE != 1:  # rne_wrap (2) / rna_wrap (3): round the dropped bits of |x| < 2**23
+            shift = tl.minimum(tl.maximum(150 - exponent, 1), 30)
+            if MODE == 2:
+                rounded = (significand + ((1 << shift) >> 1) - 1 + ((significand >> shift) & 1)) >> shift
+            else:
+                rounded = (significand + (1 << (shift - 1))) >> shift
+            integer = tl.where(exponent < 150, rounded, integer)
         value = (integer ^ negative) - negative
     tl.store(codes_ptr + offsets, (value & CODE_MASK).to(tl.uint8), mask=mask)
 
@@ -424,6 +431,13 @@ def _int_torch(x: torch.Tensor, codes: torch.Tensor, dtype: str, mode: str) -> N
             exponent = (magnitude >> 23).clamp_(min=1)
             significand = magnitude - ((exponent - 1) << 23)
             integer = (significand << (exponent - 150).clamp_(0, 8)) >> (150 - exponent).clamp_(0, 31)
+            if mode != "truncate_wrap":  # round the dropped bits of |x| < 2**23 (see _cast_int_kernel)
+                shift = (150 - exponent).clamp_(1, 30)
+                if mode == "rne_wrap":
+                    rounded = (((1 << shift) >> 1) - 1).add_(significand).add_((significand >> shift) & 1) >> shift
+                else:
+                    rounded = (significand + (1 << (shift - 1))) >> shift
+                integer = torch.where(exponent < 150, rounded, integer)
             value = (integer ^ negative) - negative
         codes_flat[part] = (value & code_mask).to(torch.uint8)
 
@@ -709,12 +723,14 @@ def int_(x: torch.Tensor, *, dtype: str, mode: str) -> dict[str, torch.Tensor]:
     --------
     ``cast.int``: ``mode="rne_clamp"`` rounds half to even, then clamps to the range of ``dtype``
     (int8 -128..127, int4 -8..7, uint4 0..15; ±Inf give the bounds, NaN gives 0);
-    ``"truncate_wrap"`` truncates toward zero and wraps modulo ``2**bits`` (NaN and ±Inf give 0).
+    ``"truncate_wrap"`` truncates toward zero and wraps modulo ``2**bits`` (NaN and ±Inf give 0);
+    ``"rne_wrap"`` rounds half to even and ``"rna_wrap"`` half away from zero, then wrap (NaN, ±Inf: 0).
 
     Source
     ------
     ``rne_clamp``: ONNX ``QuantizeLinear`` (scale 1, zero point 0); ``truncate_wrap``: ml_dtypes
-    ``astype(int4)`` and NumPy ``astype(np.int8)`` where defined; ``specs/cast/int.yaml``.
+    ``astype(int4)`` and NumPy ``astype(np.int8)`` where defined; ``rne_wrap``: ONNX's int4.md Cast;
+    ``rna_wrap``: onnxruntime 1.32.0 CPU Cast to int4; ``specs/cast/int.yaml`` (version 2).
 
     Encoding
     --------
@@ -740,7 +756,7 @@ def int_(x: torch.Tensor, *, dtype: str, mode: str) -> dict[str, torch.Tensor]:
                 _cast_int_kernel,
                 x,
                 [x, codes],
-                CLAMP=mode == "rne_clamp",
+                MODE=INT_MODES.index(mode),
                 LOWEST=float(lowest),
                 HIGHEST=float(highest),
                 CODE_MASK=code_mask,

@@ -81,7 +81,7 @@ E8M0_ZERO_POLICIES: tuple[str, ...] = ("min", "nan")
 """What zero and negative inputs of ``cast.e8m0`` become."""
 INT_DTYPES: tuple[str, ...] = ("int8", "int4", "uint4")
 """Targets of ``cast.int``."""
-INT_MODES: tuple[str, ...] = ("rne_clamp", "truncate_wrap")
+INT_MODES: tuple[str, ...] = ("rne_clamp", "truncate_wrap", "rne_wrap", "rna_wrap")
 """Rounding and range handling of ``cast.int``."""
 
 _FLOAT32 = get_format("float32")
@@ -346,7 +346,9 @@ def int_(x: np.ndarray, *, dtype: str, mode: str) -> dict[str, np.ndarray]:
     - ``"rne_clamp"``: round half to even to an integer, then clamp to the range of ``dtype``
       (int8 -128..127, int4 -8..7, uint4 0..15); ±Inf give the bounds and NaN gives 0;
     - ``"truncate_wrap"``: truncate toward zero, then wrap modulo ``2**bits`` (two's complement);
-      NaN and ±Inf give 0 (a declared choice: C and NumPy leave them undefined).
+      NaN and ±Inf give 0 (a declared choice: C and NumPy leave them undefined);
+    - ``"rne_wrap"``: round half to even, then wrap modulo ``2**bits``; NaN and ±Inf give 0;
+    - ``"rna_wrap"``: round half away from zero, then wrap modulo ``2**bits``; NaN and ±Inf give 0.
 
     Source
     ------
@@ -354,6 +356,11 @@ def int_(x: np.ndarray, *, dtype: str, mode: str) -> dict[str, np.ndarray]:
     scale 1).  ``truncate_wrap``: ml_dtypes ``astype(int4)`` / ``astype(uint4)`` and NumPy
     ``astype(np.int8)`` wherever those are defined (finite magnitudes below ``2**63``: NumPy
     converts through int64 first), which is also what ONNX's reference ``Cast`` to int4 does.
+    ``rne_wrap``: ONNX's text for Cast to int4 / uint4 (onnx/onnx@f7546912001bc31e92a238b17068a21b373d882e
+    ``docs/docsgen/source/technical/int4.md``: "rounding to the nearest-integer (with ties to even) ... and
+    truncating").  ``rna_wrap``: onnxruntime 1.32.0's CPU Cast to int4 / uint4 (2.5 -> 3, -0.5 -> -1).
+    The wrap of the exact integer is its low bits, so magnitudes of ``2**27`` and more (multiples of 16)
+    give 0 for 4-bit targets, as NaN and ±Inf do (the x86 conversion's INT_MIN, wrapped).
 
     Encoding
     --------
@@ -367,6 +374,8 @@ def int_(x: np.ndarray, *, dtype: str, mode: str) -> dict[str, np.ndarray]:
     - ``rne_clamp``: 2.5 -> 2, 3.5 -> 4, -8.5 -> -8 (int4), 127.5 -> 127 (clamped), -0.5 -> 0.
     - ``truncate_wrap``: 7.6 -> 7, 8.0 -> -8 (int4 0x8), -9.0 -> 7, 255.9 -> -1 (int8 0xFF),
       -0.99 -> 0; magnitudes from ``2**31`` up are multiples of 256 and give 0.
+    - ``rne_wrap``: 2.5 -> 2, 7.5 -> 8 -> -8 (int4 0x8), -8.5 -> -8, 15.5 -> 16 -> 0 (uint4).
+    - ``rna_wrap``: 2.5 -> 3, -0.5 -> -1 (int4 0xF), 7.5 -> -8 (int4 0x8).
 
     Raises ``TypeError`` unless ``x`` is a float32 or float16 ``numpy.ndarray``, and ``ValueError``
     for an unknown ``dtype`` or ``mode``.
@@ -392,6 +401,13 @@ def int_(x: np.ndarray, *, dtype: str, mode: str) -> dict[str, np.ndarray]:
             left = np.clip(exponent - (_FLOAT32.bias + _FLOAT32.mantissa_bits), 0, 8)
             right = np.clip(_FLOAT32.bias + _FLOAT32.mantissa_bits - exponent, 0, _MAX_SHIFT)
             integer = (significand << left) >> right
+            if mode != "truncate_wrap":  # |x| < 2**23 has dropped bits to round; above, it is an integer
+                shift = np.maximum(right, 1)
+                if mode == "rne_wrap":
+                    rounded = _round_shifted(significand, shift, "rne", None)
+                else:
+                    rounded = (significand + (1 << (shift - 1))) >> shift
+                integer = np.where(right > 0, rounded, integer)
             value = (integer ^ negative) - negative
         out[start : start + _CHUNK] = value & ((1 << width) - 1)
     return {"codes": out.reshape(x.shape)}

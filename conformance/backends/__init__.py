@@ -103,7 +103,19 @@ def available_backends() -> dict[str, str]:
 
 
 def load_backend(name: str) -> Backend:
-    """A backend by entry-point name, or from ``module:attr``."""
+    """A backend by entry-point name, ``name:option`` (the entry point called with the option, e.g.
+    ``onnxruntime:CUDAExecutionProvider``), or from ``module:attr``."""
+    head, _, option = name.partition(":")
+    registered = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == head]
+    if option and registered:  # NAME:OPTION, e.g. onnxruntime:CUDAExecutionProvider
+        factory = registered[0].load()
+        try:
+            backend = factory(option)
+        except TypeError as exc:
+            raise BackendError(f"backend {head!r} takes no option (got {name!r}): {exc}") from exc
+        if not isinstance(backend, Backend):
+            raise BackendError(f"{name!r} gave {type(backend).__name__}, expected a conformance.backends.Backend")
+        return backend
     if ":" in name:
         module_name, _, attr = name.partition(":")
         try:

@@ -175,6 +175,19 @@ INT_ANCHORS = [
     ("int8", "truncate_wrap", -0.99, 0),
     ("int8", "truncate_wrap", 2.0**31, 0),
     ("uint4", "truncate_wrap", float("-inf"), 0),
+    ("int4", "rne_wrap", 2.5, 0x2),
+    ("int4", "rne_wrap", 7.5, 0x8),
+    ("int4", "rne_wrap", -9.5, 0x6),
+    ("uint4", "rne_wrap", 15.5, 0x0),
+    ("int8", "rne_wrap", 127.5, 0x80),
+    ("int8", "rne_wrap", 8388607.5, 0x00),
+    ("int4", "rne_wrap", float("nan"), 0),
+    ("int4", "rna_wrap", 2.5, 0x3),
+    ("int4", "rna_wrap", -0.5, 0xF),
+    ("uint4", "rna_wrap", -2.5, 0xD),
+    ("int8", "rna_wrap", 0.49999997, 0),
+    ("int8", "rna_wrap", -128.5, 0x7F),
+    ("int8", "rna_wrap", float("-inf"), 0),
 ]
 
 

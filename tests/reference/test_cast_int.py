@@ -90,6 +90,26 @@ def test_truncate_wrap_matches_numpy_and_ml_dtypes_on_boundaries(
     check_truncate_wrap(BOUNDARIES, dtype, assert_codes_equal)
 
 
+def check_round_wrap(x: np.ndarray, dtype: str, mode: str, assert_codes_equal: Callable[..., None]) -> None:
+    """float64 model: rint (ties to even) or floor(|x| + 0.5) with the sign (ties away), both exact in float64
+    for float32 x; then the exact integer's low bits (Python ints: no overflow). NaN and Inf are checked apart."""
+    x = x[np.isfinite(x)]
+    wide = x.astype(np.float64)
+    rounded = np.rint(wide) if mode == "rne_wrap" else np.copysign(np.floor(np.abs(wide) + 0.5), wide)
+    mask = RANGES[dtype][2]
+    expected = np.array([int(v) & mask for v in rounded.tolist()], dtype=np.uint8)
+    assert_codes_equal(codes(x, dtype, mode), expected, x, f"{mode} model")
+
+
+@pytest.mark.parametrize("mode", ["rne_wrap", "rna_wrap"])
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_round_then_wrap_matches_a_float64_model(
+    dtype: str, mode: str, wide_x: np.ndarray, assert_codes_equal: Callable[..., None]
+) -> None:
+    check_round_wrap(wide_x, dtype, mode, assert_codes_equal)
+    check_round_wrap(BOUNDARIES, dtype, mode, assert_codes_equal)
+
+
 @pytest.mark.parametrize("mode", INT_MODES)
 @pytest.mark.parametrize("dtype", INT_DTYPES)
 def test_nan_and_infinities(dtype: str, mode: str) -> None:
@@ -175,7 +195,7 @@ def test_crosses_chunk_boundaries() -> None:
     [
         ({"dtype": "int2"}, r"dtype='int2', but dtype must be one of \['int8', 'int4', 'uint4'\]"),
         ({"dtype": "uint8"}, r"dtype='uint8'"),
-        ({"mode": "rne_wrap"}, r"mode='rne_wrap', but mode must be one of \['rne_clamp', 'truncate_wrap'\]"),
+        ({"mode": "rtz_wrap"}, r"mode='rtz_wrap', but mode must be one of \['rne_clamp', 'truncate_wrap', 'rne_wrap',"),
     ],
 )
 def test_rejects_unknown_params(kwargs: dict[str, str], message: str) -> None:
