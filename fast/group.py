@@ -57,14 +57,17 @@ from fast.quant.mx import _stages_row_scales as _stages_mx_row_scales
 from fast.quant.mx import _Tile as _MxTile
 from fast.quant.mx import quantize_tile as mx_tile
 from fast.quant.mx import unstage_tiles as mx_unstage_tiles
-from fast.quant.nvfp4 import _global_scales, _kept_bytes, _near_l2, _store_eviction
-from fast.quant.nvfp4 import _Launch as _NvLaunch
-from fast.quant.nvfp4 import _launch_options as _nv_launch_options
-from fast.quant.nvfp4 import _programs as _nv_programs
-from fast.quant.nvfp4 import _Settings as _NvSettings
-from fast.quant.nvfp4 import _tiling as _nv_tiling
-from fast.quant.nvfp4 import quantize_tile as quantize_nvfp4_tile
-from fast.quant.nvfp4 import rowwise_tile as rowwise_nvfp4_tile
+from fast.quant.nvfp4.column_tiles import quantize_tile as quantize_nvfp4_tile
+from fast.quant.nvfp4.launch import Launch as _NvLaunch
+from fast.quant.nvfp4.launch import kept_bytes as _kept_bytes
+from fast.quant.nvfp4.launch import launch_options as _nv_launch_options
+from fast.quant.nvfp4.launch import near_l2 as _near_l2
+from fast.quant.nvfp4.launch import program_count as _nv_programs
+from fast.quant.nvfp4.launch import select_tiling as _nv_tiling
+from fast.quant.nvfp4.launch import store_eviction as _store_eviction
+from fast.quant.nvfp4.settings import Settings as _NvSettings
+from fast.quant.nvfp4.tiles import global_scales as _global_scales
+from fast.quant.nvfp4.tiles import rowwise_tile as rowwise_nvfp4_tile
 
 __all__ = ["layout", "quantize", "split", "stack", "tp_partition"]
 

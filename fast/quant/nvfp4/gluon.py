@@ -6,8 +6,8 @@ Contract
 docstring gives the contract and the layouts; this kernel writes the same bytes): per 16 rows of a column of
 ``x [M, K]`` (a 1x16 block of ``x.T``), the E4M3 block scale of the block's amax under the operand's tensor scales,
 and the E2M1 codes of ``fl32(v * enc)`` rounded to nearest even, packed low nibble first into ``columnwise_data
-[K, M/2]``, the scales into ``columnwise_scales [K, M/16]``.  The tensor scales (``_global_scales``), the block
-amax and scale (``_abs_max``, ``_block_scale``) and the E2M1 rounding (``_e2m1_pairs``) are
+[K, M/2]``, the scales into ``columnwise_scales [K, M/16]``.  The tensor scales (``global_scales``), the block
+amax and scale (``abs_max``, ``block_scale``) and the E2M1 rounding (``e2m1_pairs``) are
 :mod:`fast.quant.nvfp4`'s device functions, bound by ``fast._triton.gluon_jit``: one definition of each for both
 kernels.  The amax comes as there: the largest of the ``n_sources`` int32 bit patterns at ``source_ptr`` (the
 flat amax pass's per-program maxima, or the given amax); program 0 writes the operand's amax and tensor scale.
@@ -47,7 +47,8 @@ import torch
 from triton.experimental.gluon import language as gl
 
 from fast._triton import device, float32_bits, gluon_jit, gluon_sm90_ptx, tl
-from fast.quant.nvfp4 import _abs_max, _block_scale, _e2m1_pairs, _global_scales
+from fast.quant.nvfp4.rounding import e2m1_pairs
+from fast.quant.nvfp4.tiles import abs_max, block_scale, global_scales
 
 __all__ = ["COLS", "ROWS", "quantize_columnwise", "sm90_ptx"]
 
@@ -79,10 +80,10 @@ def _nvfp4_columnwise_kernel(
     # x viewed as [M, K]: M a multiple of 128, K of 64
     M,
     K,
-    INPUT: gl.constexpr,  # 1 bfloat16, 2 float16 (fast.quant.nvfp4._INPUT_DTYPES)
+    INPUT: gl.constexpr,  # 1 bfloat16, 2 float16 (fast.quant.nvfp4.INPUT_DTYPES)
     ZERO_ENC: gl.constexpr,
     SOURCES: gl.constexpr,  # a power of two, at least n_sources and 128
-    STORE_EVICTION: gl.constexpr,  # fast.quant.nvfp4._store_eviction
+    STORE_EVICTION: gl.constexpr,  # fast.quant.nvfp4.store_eviction
 ):
     # [8 (block), 16 (row), 64 (column)]: a thread the 16 rows of a block of 4 columns; lanes 16 along the columns
     # and 2 along the blocks (whole 128-byte lines of x); ``rows_first`` numbers the same registers rows first.
@@ -99,7 +100,7 @@ def _nvfp4_columnwise_kernel(
     i = gl.arange(0, SOURCES, layout=sources_layout)
     # the largest bit pattern, as int32 (a given negative amax is kept: the masked lanes hold the least int32)
     amax_bits = gl.reduce(gl.load(source_ptr + i, mask=i < n_sources, other=-(2**31)), 0, _maximum)
-    tensor_scale, p0, p1 = _global_scales(amax_bits.to(gl.float32, bitcast=True), 0)
+    tensor_scale, p0, p1 = global_scales(amax_bits.to(gl.float32, bitcast=True), 0)
     gl.store(columnwise_tensor_scale_ptr, tensor_scale, mask=gl.program_id(0) == 0)
     gl.store(columnwise_amax_ptr, amax_bits, mask=gl.program_id(0) == 0)
 
@@ -141,15 +142,15 @@ def _nvfp4_columnwise_kernel(
         col0 = (tile % k_tiles) * 64
         _, bits = float32_bits(raw, INPUT)
         values = gl.convert_layout(bits.to(gl.float32, bitcast=True), rows_first)
-        block_amax = _abs_max(values, 1, 0, False)  # [8, 64]
-        code, encode = _block_scale(block_amax, p0, p1, 0, ZERO_ENC)
+        block_amax = abs_max(values, 1, 0, False)  # [8, 64]
+        code, encode = block_scale(block_amax, p0, p1, 0, ZERO_ENC)
         gl.store(
             columnwise_scales_ptr + (col0.to(gl.int64) * sixteenth_m + row0 // 16) + scale_offsets,
             gl.convert_layout(code.to(gl.uint8), scale_layout),
             eviction_policy=STORE_EVICTION,
         )
         low, high = gl.split(gl.permute(gl.reshape(values * gl.expand_dims(encode, 1), [8, 8, 2, 64]), [0, 1, 3, 2]))
-        packed = gl.convert_layout(_e2m1_pairs(low, high), pairs_layout)
+        packed = gl.convert_layout(e2m1_pairs(low, high), pairs_layout)
         gl.store(
             columnwise_data_ptr + (col0.to(gl.int64) * half_m + row0 // 2) + code_offsets,
             gl.convert_layout(gl.reshape(packed, [4, 16, 64]), code_layout),
