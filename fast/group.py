@@ -50,13 +50,14 @@ from fast.quant.fp8 import (
 )
 from fast.quant.fp8_blockwise import TILES as BLOCK_TILES
 from fast.quant.fp8_blockwise import quantize_tile as block_tile
-from fast.quant.mx import _constants as _mx_constants
-from fast.quant.mx import _has_fp8_conversion, dependent_launch, unstaged_tiles
-from fast.quant.mx import _plan as _mx_plan
-from fast.quant.mx import _stages_row_scales as _stages_mx_row_scales
-from fast.quant.mx import _Tile as _MxTile
-from fast.quant.mx import quantize_tile as mx_tile
-from fast.quant.mx import unstage_tiles as mx_unstage_tiles
+from fast.quant.mx.launch import Tile as _MxTile
+from fast.quant.mx.launch import dependent_launch, unstaged_tiles
+from fast.quant.mx.launch import has_fp8_conversion as _has_fp8_conversion
+from fast.quant.mx.launch import kernel_constants as _mx_constants
+from fast.quant.mx.launch import stages_row_scales as _stages_mx_row_scales
+from fast.quant.mx.plan import make_plan as _mx_plan
+from fast.quant.mx.tiles import quantize_tile as mx_tile
+from fast.quant.mx.tiles import unstage_tiles as mx_unstage_tiles
 from fast.quant.nvfp4.column_tiles import quantize_tile as quantize_nvfp4_tile
 from fast.quant.nvfp4.launch import Launch as _NvLaunch
 from fast.quant.nvfp4.launch import kept_bytes as _kept_bytes
