@@ -482,8 +482,8 @@ for module, name, settings in json.loads(sys.argv[1]):
 
 
 def test_kernels_hint_their_stores_as_asked() -> None:
-    """``STORE_EVICTION`` reaches the stores (``fast.quant.nvfp4.launch.store_eviction``; H100 figures in its docstring):
-    the single quantize and rowwise kernels and ``fast.group``'s grouped kernel, compiled for sm_90 with
+    """``STORE_EVICTION`` reaches the stores (``fast.quant.nvfp4.launch.store_eviction``): the single quantize and
+    rowwise kernels and ``fast.group``'s grouped kernel, compiled for sm_90 with
     ``evict_first`` or ``evict_last``, store their codes and scales with that L2 hint, with none without one.
     Compiled in a fresh process: this one's interpreted kernels leave Triton's language patched for the interpreter."""
     pytest.importorskip("triton")
@@ -513,7 +513,7 @@ def test_kernels_hint_their_stores_as_asked() -> None:
     kernels += [
         ("fast.quant.nvfp4.kernels", "nvfp4_rowwise_kernel", {**rowwise, "STORE_EVICTION": hint}) for hint in hints
     ]
-    kernels += [("fast.group", "_grouped_nvfp4_kernel", {**grouped, "STORE_EVICTION": hint}) for hint in hints]
+    kernels += [("fast.group.kernels", "grouped_nvfp4_kernel", {**grouped, "STORE_EVICTION": hint}) for hint in hints]
     env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     args = [sys.executable, "-c", _STORES_PROGRAM, json.dumps(kernels)]
     lines = subprocess.run(args, env=env, capture_output=True, text=True, check=True).stdout.splitlines()
@@ -521,7 +521,7 @@ def test_kernels_hint_their_stores_as_asked() -> None:
     # every code and scale store, all but program 0's per-tensor scale and amax words (2 an operand; the grouped
     # kernel's program 0 copies the members' amaxes: 1 store)
     for (_, name, constexprs), kernel_stores in zip(kernels, stores, strict=True):
-        others = 1 if name.startswith("_grouped") else 2 * (1 + constexprs.get("ROWWISE", False))
+        others = 1 if name.startswith("grouped") else 2 * (1 + constexprs.get("ROWWISE", False))
         hint = constexprs["STORE_EVICTION"]
         counts = {kind: sum(f"L1::{kind}" in store for store in kernel_stores) for kind in hints[:2]}
         expected = {kind: len(kernel_stores) - others if kind == hint else 0 for kind in hints[:2]}
