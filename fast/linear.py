@@ -79,7 +79,7 @@ def _fp8_block(values: torch.Tensor, role: str) -> _Copies:
         q["columnwise_data"], q["columnwise_scale_inv"], format="float8_e4m3fn", block=block, operand="columnwise"
     )["x"]
     rows, cols = values.shape
-    # TE's GEMM-ready scales (transposed and padded to 4; fast.quant.fp8_blockwise) to one scale per block
+    # TE's GEMM-ready scales (transposed and padded to 4; fast.quant.fp8_block) to one scale per block
     if block == "1x128":
         row_scale, col_scale = q["scale_inv"][:, :rows].t(), q["columnwise_scale_inv"][:, :cols].t()
     else:

@@ -11,7 +11,7 @@ The member dims are host lists (TE's ``tensor_shapes``), so nothing here waits o
 ``split`` returns views and ``stack`` one copy; ``tp_partition`` one strided copy.  ``quantize`` on the
 Triton path runs grouped kernels for every recipe: every program looks its member up in a small table
 (element offset, dims, scale offsets) and runs the recipe's own device functions (``fast.quant.fp8``,
-``fast.quant.mx``, ``fast.quant.fp8_blockwise``, ``fast.quant.nvfp4``) on a tile of that member, writing
+``fast.quant.mx``, ``fast.quant.fp8_block``, ``fast.quant.nvfp4``) on a tile of that member, writing
 straight into the grouped buffers (:func:`fp8_tensor_grouped`, :func:`mxfp8_grouped`,
 :func:`fp8_block_grouped`, :func:`nvfp4_grouped`; per-tensor amaxes by one grouped amax pass first).  On
 the torch path, members whose stacked ``[sum(M), K]`` quantization is the grouped buffers as they are (MXFP8

@@ -9,7 +9,7 @@ from fast.quant.fp8 import (
     reciprocal,
     scale_from_amax,
 )
-from fast.quant.fp8_blockwise import quantize_tile as block_tile
+from fast.quant.fp8_block.tiles import quantize_tile as block_tile
 from fast.quant.mx.tiles import quantize_tile as mx_tile
 from fast.quant.mx.tiles import unstage_tiles as mx_unstage_tiles
 from fast.quant.nvfp4.column_tiles import quantize_tile as quantize_nvfp4_tile

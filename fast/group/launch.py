@@ -29,7 +29,7 @@ from fast.quant.fp8 import (
     quiet_interpreter,
     rounding_core,
 )
-from fast.quant.fp8_blockwise import TILES as BLOCK_TILES
+from fast.quant.fp8_block.launch import TILES as BLOCK_TILES
 from fast.quant.mx.launch import Tile as MxTile
 from fast.quant.mx.launch import dependent_launch, unstaged_tiles
 from fast.quant.mx.launch import kernel_constants as mx_kernel_constants
@@ -246,7 +246,7 @@ def nvfp4_grouped(
 
 
 def _grouped_kept_bytes(data: torch.Tensor, columnwise: bool) -> int:
-    """What the grouped NVFP4 amax pass keeps of the buffer's end in L2 (``fast.quant.nvfp4.nvfp4_kept_bytes``), except
+    """What the grouped NVFP4 amax pass keeps of the buffer's end in L2 (``fast.quant.nvfp4.launch.kept_bytes``), except
     nothing for a columnwise operand above 4 times the L2: its tiles run M first, so the first ones span the last
     member's rows rather than the buffer's end (H100 figures in :func:`nvfp4_grouped`)."""
     if columnwise and data.device.type == "cuda" and not nvfp4_near_l2(data):
@@ -320,7 +320,7 @@ def mxfp8_grouped(
 ) -> dict[str, torch.Tensor]:
     """``group.quantize`` of ``mxfp8`` in one kernel launch for all members (no per-member calls, no copies).
 
-    ``fast.quant.mx``'s tile body (:func:`~fast.quant.mx.quantize_tile`: E4M3, ``rceil``, TE edges) on every
+    ``fast.quant.mx``'s tile body (:func:`~fast.quant.mx.tiles.quantize_tile`: E4M3, ``rceil``, TE edges) on every
     member's tiles, each program looking up its member in a table: the member's element offset (rowwise and
     columnwise data keep the input's layout), its dims and scale offsets, its padded scale strides
     (``round_up(K / 32, 4)`` and ``round_up(K, 128)`` bytes between compact scale rows; in the swizzled layout
@@ -377,7 +377,7 @@ def _unstage_mx_row_scales(
     staging: torch.Tensor, scales: torch.Tensor, shapes: list[tuple[int, int]], columns: list[list[int]], tile: MxTile
 ) -> None:
     """Copy every member's staged rowwise scales into its compact matrix in one launch (``fast.quant.mx``'s
-    :func:`~fast.quant.mx.unstage_tiles` on each member's bands, a table as the quantize kernel's: 0 first staged
+    :func:`~fast.quant.mx.tiles.unstage_tiles` on each member's bands, a table as the quantize kernel's: 0 first staged
     tiles, 1 first copy programs, 2 M, 3 K, 4 rowwise scale offsets), dependent on the quantize kernel where the GPU
     can."""
     per_tile = tile.block_k // 32  # scale bytes a row of a tile

@@ -1,5 +1,5 @@
 """FP8 per-tensor scaling recipes (contracts ``quant.fp8_tensor``, ``quant.fp8_delayed``): Triton kernels for
-CUDA and torch paths for the rest, plus the device functions the blockwise recipe (``fast/quant/fp8_blockwise.py``)
+CUDA and torch paths for the rest, plus the device functions the blockwise recipe (``fast/quant/fp8_block/``)
 shares.
 
 Contracts

@@ -61,7 +61,8 @@ def e2m1_pairs(low, high):
     equals an E2M1 midpoint (0.25, 0.75, ..., 5, all of them float16 values with an even last bit) only if ``v`` does,
     and lies on the same side of every other E2M1 midpoint and grid value, so rounding ``h`` to E2M1 is rounding ``v``
     (no double rounding; ``|v|`` below ``2**-14`` gives code 0 either way, beyond 65504 the clamp). Then, as
-    ``fast.quant.mx.e2m1_pairs``: ``c = min(|h|, 6)`` (NaN -> 6), ``m = 2**-5 * 2**e`` with ``2**e`` the binade of
+    ``fast.quant.mx.rounding.e2m1_pairs``:
+    ``c = min(|h|, 6)`` (NaN -> 6), ``m = 2**-5 * 2**e`` with ``2**e`` the binade of
     ``max(c, 1)`` (1, 2 or 4: E2M1's step is ``2**(e - 1)``), ``t = c * 2**-14 + m`` (one ``fma``) rounds to nearest
     even at ``m``'s last place, which is the step times ``2**-14``, and ``t - m`` is the rounded value times ``2**-14``,
     whose float16 bits 9-11 are the magnitude code; shifted up by 3 beside ``h``'s sign, each half holds its nibble in
