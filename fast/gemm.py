@@ -71,8 +71,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from fast._checks import check_choice
 from fast._triton import jit, selected_path, tl, triton
-from fast.quant.fp8 import check_choice
 
 __all__ = ["FORMS", "OUT_DTYPES", "SCALED_FORMATS", "SCALINGS", "bench", "empty_grouped_mm", "empty_scaled", "grouped",
            "grouped_mm", "scaled", "scaled_mm"]  # fmt: skip

@@ -20,9 +20,10 @@ from typing import Any
 
 import torch
 
+from fast._checks import check_choice
 from fast._triton import device, jit, selected_path, tl, triton
 from fast.decode import fp8 as decode_fp8
-from fast.quant.fp8 import FP8_FORMATS, check_choice, dtype_name, quiet_interpreter
+from fast.quant.fp8 import FP8_FORMATS, dtype_name, quiet_interpreter
 from fast.quant.fp8_block.shapes import BLOCKS, TILE, scale_shapes
 
 __all__ = ["OPERANDS", "OUT_DTYPES", "fp8_block", "fp8_tensor"]

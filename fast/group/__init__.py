@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 import torch
 
+from fast._checks import check_choice
 from fast._triton import selected_path
 from fast.buffers import quantizer
 from fast.group.launch import fp8_block_grouped, fp8_tensor_grouped, mxfp8_grouped, nvfp4_grouped
@@ -43,7 +44,6 @@ from fast.group.members import (
     X_DTYPES,
     allocate_buffers,
     check_buffer,
-    check_choice,
     check_partition,
     check_recipe,
     cumulative_offsets,

@@ -4,11 +4,7 @@ offsets) and runs the recipe's own tile body (``fast.quant.<recipe>`` public til
 from __future__ import annotations
 
 from fast._triton import device, float32_bits, tl, wait_for_primary
-from fast.quant.fp8 import (
-    fp8_code,
-    reciprocal,
-    scale_from_amax,
-)
+from fast.quant.fp8 import fp8_code, reciprocal, scale_from_amax
 from fast.quant.fp8_block.tiles import quantize_tile as block_tile
 from fast.quant.mx.tiles import quantize_tile as mx_tile
 from fast.quant.mx.tiles import unstage_tiles as mx_unstage_tiles

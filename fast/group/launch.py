@@ -20,15 +20,7 @@ from fast.group.kernels import (
     grouped_unstage_kernel,
 )
 from fast.group.members import BLOCK_NAMES, EMPTY_MEMBER, cumulative_offsets, member_scale_shapes
-from fast.quant.fp8 import (
-    CAST_TILES,
-    DTYPE_MAX,
-    F32_MAX,
-    FORMAT_META,
-    INPUT_IDS,
-    quiet_interpreter,
-    rounding_core,
-)
+from fast.quant.fp8 import CAST_TILES, DTYPE_MAX, F32_MAX, FORMAT_META, INPUT_IDS, quiet_interpreter, rounding_core
 from fast.quant.fp8_block.launch import TILES as BLOCK_TILES
 from fast.quant.mx.launch import Tile as MxTile
 from fast.quant.mx.launch import dependent_launch, unstaged_tiles

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 import torch
 
+from fast._checks import check_choice
+
 RECIPES: tuple[str, ...] = ("none", "fp8_tensor", "mxfp8", "fp8_block", "nvfp4")
 BLOCKS: tuple[str, ...] = ("none", "1d", "2d")
 SCALE_LAYOUTS: tuple[str, ...] = ("compact", "swizzled")
@@ -54,11 +56,6 @@ EMPTY_MEMBER = {"amax": 0.0, "scale": 1.0, "scale_inv": 1.0, "columnwise_amax": 
 
 
 # %% Shared pieces
-
-
-def check_choice(name: str, value: object, allowed: tuple[object, ...]) -> None:
-    if not any(type(value) is type(choice) and value == choice for choice in allowed):
-        raise ValueError(f"Got {name}={value!r}, but {name} must be one of {list(allowed)}")
 
 
 def _is_int(value: object) -> bool:

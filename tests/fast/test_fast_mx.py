@@ -233,7 +233,7 @@ def run_codes_kernel(values: torch.Tensor, format: str) -> tuple[torch.Tensor, t
             SIGN_SHIFT=32 - fmt.bits,
             SIGN_MASK=1 << (fmt.bits - 1),
             SUBNORMAL_ADDEND=2.0 ** (24 - fmt.bias - fmt.mantissa_bits),
-            FP8=fmt.fp8,
+            FP8=mx_plan.fp8_id(fmt),
             BLOCK=block,
         )
     return codes, fp8_codes

@@ -48,17 +48,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fast._checks import check_choice
 from fast._triton import selected_path
-from fast.quant.fp8 import (
-    DTYPE_MAX,
-    FORMATS,
-    FP8_FORMATS,
-    USAGES,
-    check_choice,
-    check_epsilon,
-    check_x,
-    dtype_name,
-)
+from fast.formats import FORMATS
+from fast.quant.fp8 import DTYPE_MAX, FP8_FORMATS, USAGES, check_epsilon, check_x, dtype_name
 from fast.quant.fp8_block.launch import TILES, quantize_triton
 from fast.quant.fp8_block.shapes import BLOCKS, scale_shapes
 from fast.quant.fp8_block.tiles import quantize_tile

@@ -46,7 +46,7 @@ from triton.experimental.gluon import language as gl
 
 from fast._triton import LaunchCache, device, float32_bits, gluon_jit, gluon_sm90_ptx, tl
 from fast.quant.fp8 import FORMAT_META, INPUT_IDS, fp8_code, reciprocal, scale_from_amax
-from fast.quant.fp8_block.launch import RUNTIME_ARGS
+from fast.quant.fp8_block.kernels import RUNTIME_ARGS
 from fast.quant.fp8_block.shapes import TILE
 
 __all__ = ["quantize_both"]

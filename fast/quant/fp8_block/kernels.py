@@ -5,6 +5,9 @@ from __future__ import annotations
 from fast._triton import tl
 from fast.quant.fp8_block.tiles import quantize_tile
 
+RUNTIME_ARGS = 11
+"""The kernel's leading runtime arguments (pointers, sizes, epsilon and value_for_inf); the rest are constexpr."""
+
 
 def fp8_block_kernel(
     # pointers

@@ -11,13 +11,8 @@ from typing import Any
 import torch
 
 from fast._triton import LaunchCache, jit, triton
-from fast.quant.fp8 import (
-    FORMAT_META,
-    INPUT_IDS,
-    quiet_interpreter,
-    rounding_core,
-)
-from fast.quant.fp8_block.kernels import fp8_block_kernel
+from fast.quant.fp8 import FORMAT_META, INPUT_IDS, quiet_interpreter, rounding_core
+from fast.quant.fp8_block.kernels import RUNTIME_ARGS, fp8_block_kernel
 from fast.quant.fp8_block.shapes import TILE
 
 # %% Launcher
@@ -37,8 +32,6 @@ BLOCK_M = 128 where column blocks (or 128x128 tiles) are cast.  The fastest of a
 columnwise 88%, both 85%)."""
 
 
-RUNTIME_ARGS = 11
-"""The kernel's leading runtime arguments (pointers, sizes, epsilon and value_for_inf); the rest are constexpr."""
 _LAUNCHES = LaunchCache(fp8_block_kernel, RUNTIME_ARGS)
 """Compiled launches by shape, recipe, dtype, device, input alignment and tile (``fast._triton.LaunchCache``)."""
 

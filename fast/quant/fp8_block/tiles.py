@@ -4,11 +4,7 @@ and codes of either or both copies), shared with ``fast.group``'s grouped kernel
 from __future__ import annotations
 
 from fast._triton import device, device_modes, float32_bits, tl
-from fast.quant.fp8 import (
-    fp8_code,
-    reciprocal,
-    scale_from_amax,
-)
+from fast.quant.fp8 import fp8_code, reciprocal, scale_from_amax
 
 # %% Compute kernel
 

@@ -6,11 +6,7 @@ from typing import Any
 
 import torch
 
-from fast.quant.fp8 import (
-    torch_abs_no_nan,
-    torch_reciprocal,
-    torch_scale_from_amax,
-)
+from fast.quant.fp8 import torch_abs_no_nan, torch_reciprocal, torch_scale_from_amax
 from fast.quant.fp8_block.shapes import TILE
 
 

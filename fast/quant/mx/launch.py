@@ -12,7 +12,7 @@ import torch
 
 from fast._triton import LaunchCache, jit, triton
 from fast.quant.mx.kernels import mx_kernel, unstage_row_scales
-from fast.quant.mx.plan import BLOCK_SIZE, EDGE_IDS, INPUT_IDS, PATH_ENV, RULE_IDS, Plan, round_up
+from fast.quant.mx.plan import BLOCK_SIZE, EDGE_IDS, INPUT_IDS, PATH_ENV, RULE_IDS, Plan, fp8_id, round_up
 
 # %% Tile configurations
 
@@ -208,7 +208,7 @@ def _launch_quantize(
             f"Got {PATH_ENV}=triton and x on {x.device}, but the Triton kernel runs CPU tensors only in Triton's "
             "interpreter: set TRITON_INTERPRET=1 before the first call in this process"
         )
-    if interpret != "1" and plan.fmt.fp8 and not has_fp8_conversion(x.device):
+    if interpret != "1" and fp8_id(plan.fmt) and not has_fp8_conversion(x.device):
         raise RuntimeError(
             f"Got {PATH_ENV}=triton and an FP8 format on {x.device} (compute capability "
             f"{torch.cuda.get_device_capability(x.device)}), but the MXFP8 kernel converts with "
@@ -247,7 +247,7 @@ def kernel_constants(plan: Plan, dtype: torch.dtype) -> dict[str, Any]:
     """The kernel's constexpr arguments other than the tile."""
     fmt = plan.fmt
     return {
-        "FP8": fmt.fp8,
+        "FP8": fp8_id(fmt),
         "MANTISSA_BITS": fmt.mantissa_bits,
         "BIAS": fmt.bias,
         "MAX_CODE": fmt.max_code,
@@ -281,7 +281,7 @@ def use_triton(device_: torch.device, plan: Plan) -> bool:
         raise RuntimeError(f"Got {PATH_ENV}=triton, but triton is not installed")
     if choice != "auto":
         return choice == "triton"
-    return device_.type == "cuda" and triton is not None and (plan.fmt.fp8 == 0 or has_fp8_conversion(device_))
+    return device_.type == "cuda" and triton is not None and (fp8_id(plan.fmt) == 0 or has_fp8_conversion(device_))
 
 
 @functools.cache

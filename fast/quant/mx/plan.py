@@ -7,6 +7,9 @@ from typing import NamedTuple
 
 import torch
 
+from fast._checks import check_choice
+from fast.formats import FORMATS, FloatFormat
+
 BLOCK_SIZE = 32
 MX_FORMATS: tuple[str, ...] = ("float8_e4m3fn", "float8_e5m2", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn")
 SCALE_RULES: tuple[str, ...] = ("floor", "rceil", "ceil", "even")
@@ -24,46 +27,15 @@ E8M0_MAX = 254
 E8M0_NAN = 255
 
 
-class Format(NamedTuple):
-    """An MX element format: bit fields, its largest finite code and value, and ``emax = floor(log2 max)``."""
-
-    bits: int
-    mantissa_bits: int
-    bias: int
-    max_code: int
-    max_value: float
-    emax: int
-
-    @property
-    def nan_code(self) -> int:
-        """Code of a NaN element: FP8 ``0x7F`` (all magnitude bits), FP6/FP4 (no NaN) ``+max``."""
-        return (1 << (self.bits - 1)) - 1 if self.bits == 8 else self.max_code
-
-    @property
-    def fp8(self) -> int:
-        """The kernel's ``FP8``: 1 E4M3FN, 2 E5M2 (the hardware conversion), 0 FP6 and FP4 (:func:`mx_code`)."""
-        return 0 if self.bits != 8 else 1 if self.mantissa_bits == 3 else 2
-
-    @property
-    def reciprocal_of_max(self) -> float:
-        """``fl32(1 / max)`` (a Python float holding the float32 value)."""
-        return float(torch.tensor(1.0, dtype=torch.float32) / torch.tensor(self.max_value, dtype=torch.float32))
-
-
-FORMATS: dict[str, Format] = {
-    # OCP OFP8 / MX v1.0: max 448 (0x7E), 57344 (0x7B), 7.5 (0x1F), 28 (0x1F), 6 (0x7).
-    "float8_e4m3fn": Format(8, 3, 7, 0x7E, 448.0, 8),
-    "float8_e5m2": Format(8, 2, 15, 0x7B, 57344.0, 15),
-    "float6_e2m3fn": Format(6, 3, 1, 0x1F, 7.5, 2),
-    "float6_e3m2fn": Format(6, 2, 3, 0x1F, 28.0, 4),
-    "float4_e2m1fn": Format(4, 1, 1, 0x7, 6.0, 2),
-}
+def fp8_id(fmt: FloatFormat) -> int:
+    """The kernel's ``FP8``: 1 E4M3FN, 2 E5M2 (the hardware conversion), 0 FP6 and FP4 (``mx_code``)."""
+    return 0 if fmt.bits != 8 else 1 if fmt.mantissa_bits == 3 else 2
 
 
 class Plan(NamedTuple):
     """Everything one call needs besides its tensors (checked parameters and derived sizes)."""
 
-    fmt: Format
+    fmt: FloatFormat
     rule: str
     edges: str
     rowwise: bool
@@ -89,19 +61,14 @@ class Plan(NamedTuple):
         return round_up(self.rows // BLOCK_SIZE, 4), round_up(self.cols, 128)
 
 
-def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
-    if not isinstance(value, str) or value not in allowed:
-        raise ValueError(f"Got {name}={value!r}, but {name} must be one of {list(allowed)}")
-
-
 def make_plan(x: object, format: str, scale_rule: str, usage: str, blocks: str, scale_layout: str, edges: str) -> Plan:
     """Check every argument; the plan of the call."""
-    _check_choice("format", format, MX_FORMATS)
-    _check_choice("scale_rule", scale_rule, SCALE_RULES)
-    _check_choice("usage", usage, USAGES)
-    _check_choice("blocks", blocks, BLOCKS)
-    _check_choice("scale_layout", scale_layout, SCALE_LAYOUTS)
-    _check_choice("edges", edges, EDGES)
+    check_choice("format", format, MX_FORMATS)
+    check_choice("scale_rule", scale_rule, SCALE_RULES)
+    check_choice("usage", usage, USAGES)
+    check_choice("blocks", blocks, BLOCKS)
+    check_choice("scale_layout", scale_layout, SCALE_LAYOUTS)
+    check_choice("edges", edges, EDGES)
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"Got x of type {type(x).__name__}, but x must be a torch.Tensor")
     dtype = str(x.dtype).removeprefix("torch.")

@@ -56,7 +56,7 @@ def _codes_torch(value: torch.Tensor, byte: torch.Tensor, plan: Plan) -> torch.T
     name = next(n for n, f in FORMATS.items() if f is fmt)
     if fmt.bits == 8:
         codes = fast.cast.fp8(scaled, format=name, overflow="saturate")["codes"]
-        codes = codes.masked_fill(scaled.isnan(), fmt.nan_code)
+        codes = codes.masked_fill(scaled.isnan(), fmt.nan_codes[0])
     elif fmt.bits == 6:
         codes = fast.cast.fp6(scaled, format=name, nan="max")["codes"]
     else:

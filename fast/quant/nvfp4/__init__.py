@@ -78,6 +78,7 @@ from typing import Any
 
 import torch
 
+from fast._checks import check_choice
 from fast._triton import (
     PATH_ENV,
     selected_path,
@@ -127,20 +128,15 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _check_choice(name: str, value: object, allowed: tuple[Any, ...]) -> None:
-    if not any(type(value) is type(choice) and value == choice for choice in allowed):
-        raise ValueError(f"Got {name}={value!r}, but {name} must be one of {list(allowed)}")
-
-
 def _check_settings(s: Settings) -> None:
-    _check_choice("usage", s.usage, USAGES)
-    _check_choice("block", s.block, BLOCKS)
-    _check_choice("amax_scope", s.amax_scope, AMAX_SCOPES)
-    _check_choice("rht", s.rht, (False, True))
-    _check_choice("rounding", s.rounding, ROUNDINGS)
-    _check_choice("scale_rule", s.scale_rule, SCALE_RULES)
-    _check_choice("zero_scale", s.zero_scale, ZERO_SCALES)
-    _check_choice("amax_source", s.amax_source, AMAX_SOURCES)
+    check_choice("usage", s.usage, USAGES)
+    check_choice("block", s.block, BLOCKS)
+    check_choice("amax_scope", s.amax_scope, AMAX_SCOPES)
+    check_choice("rht", s.rht, (False, True))
+    check_choice("rounding", s.rounding, ROUNDINGS)
+    check_choice("scale_rule", s.scale_rule, SCALE_RULES)
+    check_choice("zero_scale", s.zero_scale, ZERO_SCALES)
+    check_choice("amax_source", s.amax_source, AMAX_SOURCES)
     if s.amax_source == "given" and s.amax_scope == "row":
         raise ValueError(
             "Got amax_source='given' and amax_scope='row', but a given amax is per tensor "

@@ -11,6 +11,7 @@ from fast._triton import (
     round_to_code,
     tl,
 )
+from fast.quant.nvfp4.settings import E4M3_MAX_CONSTEXPR
 
 # %% Device functions
 
@@ -201,7 +202,7 @@ def _e4m3_rne(v):
     magnitude = bits & 0x7FFFFFFF
     a = magnitude.to(tl.float32, bitcast=True)
     rounded = ((magnitude + 0x7FFFF + ((magnitude >> 20) & 1)) & -1048576).to(tl.float32, bitcast=True)  # 0xFFF00000
-    normal = tl.minimum(rounded, 448.0)
+    normal = tl.minimum(rounded, E4M3_MAX_CONSTEXPR)
     shifted = a + 24576.0
     is_normal = a >= 0.015625
     value = tl.where(is_normal, normal, shifted - 24576.0)

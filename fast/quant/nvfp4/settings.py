@@ -8,6 +8,9 @@ from typing import NamedTuple
 
 import torch
 
+from fast._triton import tl
+from fast.formats import FORMATS
+
 USAGES: tuple[str, ...] = ("both", "rowwise", "columnwise")
 AMAX_SOURCES: tuple[str, ...] = ("computed", "given")
 BLOCKS: tuple[str, ...] = ("1x16", "16x16")
@@ -30,7 +33,10 @@ SIXTH = _f32(1.0 / 6.0)
 INV_2688 = _f32(1.0 / 2688.0)
 """fl32(1/2688): torch's CUDA ``amax / 2688.0`` multiplies by it; TE's dequantizer's ``factor_inv``."""
 TORCHAO_FLOOR = 2.0**-6
-E4M3_MAX = 448.0
+E4M3_MAX = FORMATS["float8_e4m3fn"].max_value
+"""The E4M3 block scales' largest value (``fast.formats``: 448)."""
+E4M3_MAX_CONSTEXPR = tl.constexpr(E4M3_MAX) if tl is not None else E4M3_MAX
+"""The same as a Triton constexpr, for device code (Triton reads only constexpr globals)."""
 INPUT_DTYPES: dict[torch.dtype, int] = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 RANDOM_DTYPES: dict[torch.dtype, int] = {torch.uint8: 8, torch.uint32: 32}
 RULE_IDS: dict[str, int] = {"te": 0, "torchao": 1, "torchao_cuda": 2}

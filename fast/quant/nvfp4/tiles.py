@@ -9,6 +9,7 @@ from fast._triton import (
     tl,
 )
 from fast.quant.nvfp4.rounding import e2m1_pairs, e2m1_stochastic, e4m3_scale, full_like, reciprocal_rn
+from fast.quant.nvfp4.settings import E4M3_MAX_CONSTEXPR
 
 
 @device
@@ -89,7 +90,7 @@ def block_scale(block_amax, p0, p1, RULE: tl.constexpr, ZERO_ENC: tl.constexpr):
     else:
         scaled = tl.div_rn(block_amax, full_like(block_amax, 6.0)) if RULE == 1 else block_amax * 0.1666666716337204
         ratio = tl.div_rn(scaled, tl.broadcast_to(p0, scaled.shape))
-        target = tl.where(ratio != ratio, ratio, tl.minimum(tl.maximum(ratio, 0.015625), 448.0))
+        target = tl.where(ratio != ratio, ratio, tl.minimum(tl.maximum(ratio, 0.015625), E4M3_MAX_CONSTEXPR))
     code, scale = e4m3_scale(target)
     if RULE == 0:
         encode = tl.minimum(reciprocal_rn(scale * p1), 3.4028234663852886e38)
