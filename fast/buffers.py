@@ -7,9 +7,10 @@ ops from it.  :func:`flatten` packs a quantized tensor's buffers into one byte b
 16-byte aligned offset, :func:`byte_offsets`) and :func:`rebuild` gives them back as views of it, bit
 for bit.  ``reference/buffers.py`` states the shapes per recipe in full.
 
-Source: TransformerEngine ``pytorch/csrc/quantizer.cpp`` (``create_tensor``, ``get_scale_shape`` of
-each quantizer), ``pytorch/tensor/*_tensor.py`` (``__tensor_flatten__`` / ``__tensor_unflatten__``);
-``shared/notes/te_contracts.md`` §7, ``torch_contracts.md`` §6; ``specs/buffers/describe.yaml``.
+Source: ``NVIDIA/TransformerEngine@d0067d0:pytorch/csrc/quantizer.cpp`` (``create_tensor``, ``get_scale_shape``
+of each quantizer), ``NVIDIA/TransformerEngine@d0067d0:pytorch/tensor/*_tensor.py`` (``__tensor_flatten__`` /
+``__tensor_unflatten__``), ``NVIDIA/TransformerEngine@d0067d0:pytorch/tensor/storage/grouped_tensor_storage.py``;
+``specs/buffers/describe.yaml``.
 """
 
 from __future__ import annotations

@@ -236,22 +236,15 @@ _E8M0_THRESHOLDS: dict[str, tuple[int, int]] = {
 _BLOCK_BYTES = 16384
 """Input bytes per program: 64 per thread at 8 warps, i.e. four 16-byte loads per thread.
 
-Measured on an H100 (torch 2.11, Triton 3.6), fp8 RNE, 2^28 float32 elements: 0.44 ms, 101% of the
-device-to-device copy bandwidth (4 bytes read and 1 written per element); 8 elements per thread
-ran as fast, 32 float32 elements per thread a third slower.  bfloat16 inputs reach about 70% of
-copy bandwidth: with only 3 bytes per element the kernel is bound by its ~26 integer instructions
-per element, not by memory."""
+Float32 input runs at the device-to-device copy bandwidth (4 bytes read and 1 written per element);
+more elements per thread were slower.  bfloat16 input, with only 3 bytes per element, is bound by the
+integer rounding instructions rather than by memory (``docs/performance.md``)."""
 _NUM_WARPS = 8
 _STOCHASTIC_BLOCKS: dict[int, int] = {8: 2048, 32: 1024}
 """Elements per program of stochastic rounding, by random-bit width: 8 and 4 per thread at 8 warps.
 
-Measured on an H100 (torch 2.11, Triton 3.6), fp8 e4m3fn saturate, 2^28 float32 elements
-(``scripts/diag_kernels.py``; no tiling spills, 29-32 registers).  uint32 bits (9 bytes moved per
-element): four elements per thread (1024 x 8 warps, 512 x 4, 2048 x 16) 0.78 ms, 103% of the copy
-bandwidth; eight per thread (the former 2048 x 8) 0.97-1.02 ms, 79-83%; sixteen 2.3-2.4 ms, 33-34%.
-At eight per thread, ``.cg`` loads with a ``.cs`` store reached 89%, ``evict_first`` loads 62%, two
-tiles per program 73-75% and int64 offsets 83%.  uint8 bits (6 bytes): 2048 x 8 warps 0.52 ms, 103%;
-the former 4096 x 8 0.58 ms, 93%; 1024 x 8 98%."""
+Both reach the copy bandwidth without spills; more elements per thread fell well below it, as did cache
+hints, two tiles per program and int64 offsets (``docs/performance.md``, ``scripts/diag_kernels.py``)."""
 _MAX_LAUNCH = 1 << 30
 """Elements per launch: keeps ``program_id * BLOCK + arange`` inside int32 (and a multiple of every BLOCK)."""
 

@@ -49,7 +49,7 @@ between them stays in registers.  Compiled for sm_90 by Triton 3.6 and 3.9, no `
 uses shared memory with ``M_LANES`` 2 or 4 (with 1, ``inner_k_tiles = 2`` does; so did earlier
 versions of this kernel that ordered the piece axes otherwise, in one Triton or the other).  At
 ``inner_k_tiles = 8`` with 512 lines, ``M_LANES = 4`` and four warps, the dequant takes 20 4-byte loads
-and 4 16-byte stores per thread, about 240 SASS instructions; the previous kernel gathered one word
+and 4 16-byte stores per thread; the previous kernel gathered one word
 and one scale per weight (64 loads per 32 weights) and transposed its result through shared memory.
 The tiling was chosen from that analysis; its GPU timing against the alternatives (lines, ``M_LANES``,
 warps) is open (issue #5).

@@ -20,9 +20,10 @@ one copy of each buffer that holds them side by side) take one call on the stack
 otherwise every grouped buffer is allocated once and each member is quantized alone by the recipe's
 ``fast.quant`` quantizer (``fast.buffers.quantizer``), its outputs copied into its slots.
 
-Source: NVIDIA/TransformerEngine ``pytorch/tensor/storage/grouped_tensor_storage.py``
+Source: ``NVIDIA/TransformerEngine@d0067d0:pytorch/tensor/storage/grouped_tensor_storage.py``
 (``make_grouped_tensor``, ``split_into_quantized_tensors``, ``quantize``),
-``pytorch/module/grouped_linear.py`` (``set_tensor_parallel_attributes``); shared/notes/te_contracts.md §7.
+``NVIDIA/TransformerEngine@d0067d0:pytorch/module/grouped_linear.py`` (``set_tensor_parallel_attributes``),
+``NVIDIA/TransformerEngine@d0067d0:pytorch/csrc/extensions/cast.cpp`` (``group_quantize``).
 """
 
 from __future__ import annotations

@@ -123,7 +123,7 @@ def fp8_tensor_grouped(
     amax and writing the member's codes (and their transpose) at the member's offset; its program 0 writes
     every member's amax, scale and scale_inv (an empty member's amax stays 0: scale 1).  Each program
     derives its scale before it loads its tile: with the tile's values live across the scale's float64
-    division the kernel took 70 registers (32 now, Triton 3.6 for sm_90).  Same bits as
+    division the kernel needed twice the registers.  Same bits as
     ``fast.quant.fp8_tensor`` on each member alone: the same device functions on the same values.
     """
     n, device, align = len(shapes), data.device, _alignment(shapes)
@@ -177,16 +177,10 @@ def nvfp4_grouped(
     ``round_up(M / 16, 4)`` bytes between scale rows) and tensor scales (``nvfp4_global_scales`` of its amax).
     Same bits as ``fast.quant.nvfp4`` on each member alone: the same device functions on the same values.  The
     stores take the single quantizer's L2 hint for the whole buffer (``nvfp4_store_eviction``), and a member's tiles of
-    a columnwise operand run M first.  H100, bfloat16, 8 x [4096, 7168] (HEAD's none and K first against
-    ``evict_last`` and M first, 2026-11-27 eighth session): columnwise 0.4204 -> 0.4052 ms, both 0.5564 -> 0.5319,
-    both in 16 x 16 tiles 0.5656 -> 0.4919; 8 uneven experts (1056 and 8160 rows among them: transposed rows 16
-    bytes off a sector) columnwise 0.4401 -> 0.4137, both 0.5926 -> 0.5607; 8 x [1024, 7168] (``evict_first``)
-    rowwise 0.1070 -> 0.1032, columnwise 0.1097 -> 0.1059.  M first alone, on 8 uneven experts with
-    ``evict_last``: columnwise 0.4273 -> 0.4140, both 0.5707 -> 0.5656 (``docs/bench/2026-11-27h-h100/``).  So above 4
-    x the L2 the amax pass keeps nothing there for a columnwise operand (the single quantizer's 30% of L2 at the
-    buffer's end, which K-first tiles walked in reverse read first, against none; same session, ``kept_ab.json``): 8
-    x [4096, 7168] both 0.5359 -> 0.5308 ms, columnwise 0.4050 -> 0.3987, uneven experts both 0.5636 -> 0.5585,
-    columnwise 0.4131 -> 0.4068; but 8 x [1024, 7168] both 0.1426 -> 0.1498, so smaller buffers keep it.
+    a columnwise operand run M first (both were faster on grouped expert shapes, ``docs/performance.md``).  Since
+    M-first tiles start in the last member's rows rather than at the buffer's end, above 4 x the L2 the amax pass
+    keeps nothing there for a columnwise operand (:func:`_grouped_kept_bytes`); smaller buffers keep the single
+    quantizer's share, which stayed faster for them.
     """
     n, device = len(shapes), data.device
     rowwise, columnwise = usage != "columnwise", usage != "rowwise"
@@ -238,9 +232,9 @@ def nvfp4_grouped(
 
 
 def _grouped_kept_bytes(data: torch.Tensor, columnwise: bool) -> int:
-    """What the grouped NVFP4 amax pass keeps of the buffer's end in L2 (``fast.quant.nvfp4.launch.kept_bytes``), except
-    nothing for a columnwise operand above 4 times the L2: its tiles run M first, so the first ones span the last
-    member's rows rather than the buffer's end (H100 figures in :func:`nvfp4_grouped`)."""
+    """What the grouped NVFP4 amax pass keeps of the buffer's end in L2 (``fast.quant.nvfp4.launch.kept_bytes``),
+    except nothing for a columnwise operand above 4 times the L2: its tiles run M first, so the first ones span the
+    last member's rows rather than the buffer's end (see :func:`nvfp4_grouped`)."""
     if columnwise and data.device.type == "cuda" and not nvfp4_near_l2(data):
         return 0
     return nvfp4_kept_bytes(data, columnwise)
@@ -250,11 +244,10 @@ def _resident_options(data: torch.Tensor, launch: Nvfp4Launch, usage: str, block
     """``fast.quant.nvfp4``'s launch options, with its register cap that keeps every launched program resident
     (``resident``: 65536 registers an SM for ``programs_per_sm * num_warps * 32`` threads) where the grouped kernel
     needs it.  The rowwise operand alone in 1x16 blocks: the member state that the grouped programs carry costs
-    registers the single kernel does not spend (tiles of 2 x 2048: 79 in Triton 3.6 for sm_90, so 6 of 8 programs
-    per SM ran; H100, 8 x [4096, 7168]: 0.424 ms, 1.11x single; capped at 64, without spills, 0.388 ms).  Ragged
-    members of the other usages: the edge tiles' masked copy of the tile body (:func:`~fast.quant.nvfp4.quantize_tile`,
-    228 registers uncapped, 168 without spills under the cap of 3 programs of 4 warps).  Not for the 16x16 rowwise
-    tile (16 x 2048), which spills even uncapped."""
+    registers the single kernel does not spend, so uncapped fewer programs than planned fit an SM (capped, without
+    spills, it was faster).  Ragged members of the other usages: the edge tiles' masked copy of the tile body
+    (:func:`~fast.quant.nvfp4.quantize_tile`; under the cap without spills).  Not for the 16x16 rowwise tile
+    (16 x 2048), which spills even uncapped."""
     resident = (usage == "rowwise" and block == "1d") or (usage != "rowwise" and not even)
     return nvfp4_launch_options(data, launch, resident=resident)
 
@@ -302,9 +295,9 @@ MX_TILES: dict[tuple[str, str], MxTile] = {
     ("2d", "both"): MxTile(32, 256, 8),
 }
 """The grouped MXFP8 kernel's tile per (block, usage), from ``fast.quant.mx``'s autotuned set: at most 32 rows,
-so that members (multiples of 32 rows) are whole tiles in M.  The 1d tiles are the fastest of an H100 sweep
-(bfloat16, 8 x [4096, 7168]; ``docs/performance.md``), the 2d ones the single kernel's first.
-``QCONFORM_MX_TILE`` overrides them as it does the single kernel's tile (benchmarks)."""
+so that members (multiples of 32 rows) are whole tiles in M.  The 1d tiles are the fastest of a sweep on expert
+shapes (``docs/performance.md``), the 2d ones the single kernel's first.  ``QCONFORM_MX_TILE`` overrides them as it
+does the single kernel's tile (benchmarks)."""
 
 
 def mxfp8_grouped(
@@ -319,14 +312,12 @@ def mxfp8_grouped(
     the 128x4 tiles across, ``round_up(K / 32, 4) / 4`` and ``round_up(M / 32, 4) / 4``).  Swizzled scale
     buffers with padding start zeroed; compact padding, don't-care, is left unwritten, as the other grouped
     recipes leave theirs (``fast.quant.mx`` zeroes its own: its outputs are a custom op's, which ``opcheck`` runs
-    twice and compares byte for byte).  Zeroing took a memset of the whole scale buffer (H100, 8 uneven experts x
-    7168 bfloat16: columnwise 0.2505 -> 0.2449 ms without it, both 0.3453 -> 0.3356).  Same bits as
-    ``fast.quant.mx`` on each member alone: the same device functions on the same values.  (Persistent programs
-    stepping from member to member, as the NVFP4 kernel's, were 5-20% slower here on the H100: MX tiles are small
-    and many programs fit an SM.)  Where ``fast.quant.mx`` stages its rowwise scales (both usages, compact, every
-    non-empty member's K a multiple of 128), so does this kernel, and :func:`_unstage_mx_row_scales` copies them
-    for all members in one more launch (H100, 8 x [4096, 7168] bfloat16: 0.3401 -> 0.3349 ms, uneven experts
-    0.3502 -> 0.3437).
+    twice and compares byte for byte); zeroing would take a memset of the whole scale buffer.  Same bits as
+    ``fast.quant.mx`` on each member alone: the same device functions on the same values.  One program per tile,
+    not persistent programs that step from member to member as the NVFP4 kernel's: MX tiles are small and many
+    programs fit an SM, and the persistent form was slower.  Where ``fast.quant.mx`` stages its rowwise scales
+    (both usages, compact, every non-empty member's K a multiple of 128), so does this kernel, and
+    :func:`_unstage_mx_row_scales` copies them for all members in one more launch.
     """
     n, device, align = len(shapes), data.device, _alignment(shapes)
     fixed = os.environ.get("QCONFORM_MX_TILE")

@@ -54,8 +54,8 @@ arithmetic with torch ops (the element rounding through ``fast.cast.fp8``).  ``Q
 chooses as in ``fast/cast.py`` (``fast._triton.selected_path``).  In Triton's interpreter the kernels run
 under ``numpy.errstate(all="ignore")``: NumPy warns where the GPU silently gives Inf (``1 / 0``).  The
 scale rule's epsilon and value_for_inf are runtime arguments, not constexprs, so that the recipes' variants
-share compiled kernels.  Tiles (``CAST_TILES``, ``AMAX_TILE``) come from an H100 sweep at bfloat16
-8192x8192.
+share compiled kernels.  Tiles (``CAST_TILES``, ``AMAX_TILE``) come from a GPU sweep
+(``docs/performance.md``).
 
 This module imports without Triton and queries no device at import time.
 """

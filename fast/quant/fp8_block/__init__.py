@@ -32,10 +32,10 @@ float32 scales by one correctly rounded float32 division) and ``reciprocal``; th
 ``fast.quant.fp8.fp8_code`` (the hardware ``cvt.rn.satfinite`` on CUDA, integer arithmetic in the interpreter:
 ``fast/quant/fp8.py``).  Bytes moved from HBM: the input once, each copy's codes once, the scales (1/128 or
 1/16384 of the elements).
-Tiles and warps come from an H200 sweep at bfloat16 8192x8192 (``TILES``), every candidate checked bit for
-bit against the previous kernel.  On CUDA, 1x128 both on whole tiles runs instead the Gluon kernel of
-``fast.quant.fp8_block.gluon`` (same device functions, same bytes), whose explicit layout stores the
-transposed copy straight from registers (H100, bfloat16 8192x8192: 0.1030 -> 0.1000 ms).
+Tiles and warps come from a GPU sweep (``TILES``), every candidate checked bit for bit against the previous
+kernel.  On CUDA, 1x128 both on whole tiles runs instead the Gluon kernel of ``fast.quant.fp8_block.gluon`` (same
+device functions, same bytes), whose explicit layout stores the transposed copy straight from registers (faster;
+``docs/performance.md``).
 After the first call of a shape and recipe, the compiled kernel is launched directly (``_LAUNCHES``), without
 the ``JITFunction``'s per-call host work.
 

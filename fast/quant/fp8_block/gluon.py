@@ -21,16 +21,9 @@ register renumbering), so the transposed copy is stored straight from registers,
 one 32-byte sector.  The Triton kernel (``fast.quant.fp8_block``) cannot ask for this layout: its
 ``tl.trans`` goes through shared memory, one byte per element.
 
-H100 80GB HBM3, torch 2.11.0+cu130, Triton 3.6.0, 2026-11-27, device time, every output bit-equal to the Triton
-kernel's on random data and on NaN, Inf, zero and all-NaN blocks, huge and tiny values (``scratch/gl_side.py``):
-bfloat16 8192 x 8192 E4M3 0.1030 -> 0.1000 ms, float16 E5M2 0.1034 -> 0.0994, float32 0.1436 -> 0.1418;
-bfloat16 [4096, 14336] 0.0914 -> 0.0891, [16384, 2048] 0.0558 -> 0.0526.  122 registers, 2 programs per SM.
-Other layouts (``scratch/gl_fp8b_bench.py``, bfloat16 8192 x 8192): 4 warps (243 registers) 0.1215 ms; 8 warps
-as ``[4, 1, 2]`` 0.1000; threads ``[16, 1, 2]`` 0.1123-0.1151, ``[32, 1, 1]`` 0.1850; 16 warps 0.1396 (0.1023
-capped at 64 registers); caps that fit 3 programs of 8 warps spill (0.141-0.184 ms).  float32 scales took 144
-registers while ``fast.quant.fp8.scale_from_amax`` divided in float64 (one program per SM: 0.1853 ms against the
-Triton kernel's 0.1187); with its float32 ``div.rn`` they take 125: bfloat16 8192 x 8192 E4M3 0.1024 ms, against
-0.1151 for the Triton kernel with the same division.
+Every output is bit-equal to the Triton kernel's on random data and on NaN, Inf, zero and all-NaN blocks, huge and
+tiny values; the kernel is faster than it on whole tiles, with 2 programs of 8 warps per SM (other warp counts,
+thread layouts and register caps were slower or spilled; ``docs/performance.md``).
 
 Ragged shapes (``M`` or ``K`` not a multiple of 128), every other block and usage, and Triton builds without Gluon
 take the Triton kernel; :mod:`fast.quant.fp8_block` imports this module only for a CUDA launch.
@@ -146,7 +139,7 @@ def quantize_both(x2: torch.Tensor, args: tuple[Any, ...], key: Hashable, rule: 
 
 
 def sm90_ptx(dtype: str, format: str, power_2_scale: bool) -> str:
-    """The kernel's PTX for sm_90 (an H100) with ``dtype`` input, compiled without a GPU (the CPU tests read it)."""
+    """The kernel's PTX for sm_90 with ``dtype`` input, compiled without a GPU (the CPU tests read it)."""
     x_type = {"float32": "*fp32", "bfloat16": "*bf16", "float16": "*fp16"}[dtype]
     types = {
         "x_ptr": x_type, "data_ptr": "*u8", "scale_inv_ptr": "*fp32", "columnwise_ptr": "*u8",

@@ -27,9 +27,8 @@ TILES: dict[tuple[str, str], tuple[int, int, int]] = {
 }
 """(BLOCK_M, BLOCK_K, num_warps) per (block, usage): programs of BLOCK_M rows by BLOCK_K columns, each reading its
 tile once.  A program holds whole blocks: BLOCK_K = 128 where rowwise 1x128 blocks are cast and for 128x128;
-BLOCK_M = 128 where column blocks (or 128x128 tiles) are cast.  The fastest of an H200 sweep at bfloat16
-8192x8192 (``fraction of copy bandwidth``: 1x128 rowwise 94%, columnwise 88%, both 76%; 128x128 rowwise 93%,
-columnwise 88%, both 85%)."""
+BLOCK_M = 128 where column blocks (or 128x128 tiles) are cast.  The fastest of a GPU sweep
+(``docs/performance.md``)."""
 
 
 _LAUNCHES = LaunchCache(fp8_block_kernel, RUNTIME_ARGS)

@@ -29,11 +29,8 @@ bits), the scaled values (one float32 multiply, exact: a power of two), the code
 scale bytes at their compact or swizzled offsets; rowwise and columnwise outputs come from the same
 registers.  FP4 of bfloat16 ``x`` reads the tile as int32 words of element pairs instead and never widens
 it to float32 (:func:`half_maxima`, :func:`e2m1_words`).  The 1-D grid walks the K-tiles of a row band
-before the next band, so the tiles in flight cover whole rows.  Compiled for sm_90, the rowwise bfloat16
-kernel has about 7 SASS instructions per element for FP8 (23 with the integer rounding it had before, which
-kept it instruction-bound), about 18 for FP6, and about 13 for FP4 (20 with :func:`mx_code` per element);
-rowwise plus columnwise FP4 about 20.8 on 80 registers (34.5 with :func:`mx_code`, 22.3 on 96 with
-:func:`e2m1_pairs`).
+before the next band, so the tiles in flight cover whole rows.  Each element's rounding is the compiled form
+with the fewest instructions (the integer rounding kept the kernel instruction-bound; ``docs/performance.md``).
 
 MXFP8 rowwise plus columnwise with compact scales stages its rowwise scale bytes: a 32-row tile owns only
 ``BLOCK_K / 32`` bytes of each 32-byte sector of a compact row, and stores that narrow cost the L2 one
@@ -73,12 +70,10 @@ bodies, ``tests/gpu/test_gpu_mx.py`` the compiled ones, both against ``reference
 
 Launch
 ------
-Triton's ``JITFunction`` binds ~35 arguments and looks up its cache on every call, which costs about as
-much host time as the kernel takes on an H100 (a first sweep measured ~95 us per call in all), so a
-stream of calls would be host-bound.  The first call of each plan, dtype, device and tile override
-goes through it (and the autotuner, over :func:`_autotune_configs`); later ones launch the returned
-``CompiledKernel`` bound to its grid directly (``_LAUNCHES``).  The interpreter takes the first path
-always.
+Triton's ``JITFunction`` binds ~35 arguments and looks up its cache on every call, which costs about as much host time
+as the kernel takes, so a stream of calls would be host-bound.  The first call of each plan, dtype, device and tile
+override goes through it (and the autotuner, over :func:`_autotune_configs`); later ones launch the returned
+``CompiledKernel`` bound to its grid directly (``_LAUNCHES``).  The interpreter takes the first path always.
 
 Paths
 -----

@@ -35,12 +35,11 @@ def _autotune_configs(rows_of_32: bool, staged: bool = False) -> list[Tile]:
     """Tiles tried on CUDA (the first is also the interpreter's): ``rows_of_32`` when columnwise or 2d blocks
     fix ``BLOCK_M = 32``; rowwise-only tiles may take more or fewer rows.  ``BLOCK_K`` is a power of two >= 32.
 
-    Beside the general tiles, the fastest of H100/H200 sweeps of the kernel-bound cases (``docs/performance.md``):
+    Beside the general tiles, the fastest of GPU sweeps of the kernel-bound cases (``docs/performance.md``):
     one warp on 32x64 or 32x128 for columnwise and both (a columnwise block then lies within one warp: its maximum
-    takes register and shuffle operations, no shared memory round trip and barrier across warps; 92-94% of copy
-    bandwidth for MXFP8 columnwise on an H200 against 66% with 32x256 on 8 warps), 32x256 for 2d, 8x512x4 for
-    FP4; and 32x128 on 2 warps with registers capped at 96 (MXFP8 rowwise + columnwise takes 122 uncapped and does
-    not spill at 96: 10 programs per SM instead of 8; H100, bfloat16 8192^2: 0.1028 -> 0.1019 ms).  ``staged``
+    takes register and shuffle operations, no shared memory round trip and barrier across warps), 32x256 for 2d,
+    8x512x4 for FP4; and 32x128 on 2 warps with registers capped at 96 (MXFP8 rowwise + columnwise does not spill
+    at 96, so more programs fit an SM).  ``staged``
     (:func:`stages_row_scales`) keeps the tiles at least 128 wide.
     """
     if rows_of_32:
@@ -127,8 +126,8 @@ def stages_row_scales(plan: Plan, tile: Tile | None) -> bool:
 
     A 32-row tile's row holds ``BLOCK_K / 32`` bytes of a 32-byte sector of the compact matrix, and stores
     narrower than a sector cost the L2 one transaction each (``docs/performance.md``, "Partial-sector scale
-    writes"); the staged tiles and the copy store whole sectors.  Measured on an H100 (bfloat16 8192^2): 0.1023 ->
-    0.0995 ms; MXFP6 and MXFP4, whose kernels the scale stores do not hold back, get slower, as does 2d.
+    writes"); the staged tiles and the copy store whole sectors, which is faster for MXFP8; MXFP6 and MXFP4, whose
+    kernels the scale stores do not hold back, get slower, as does 2d.
     """
     return (
         plan.fmt.bits == 8
@@ -151,7 +150,7 @@ def _unstage(staging: torch.Tensor, scale: torch.Tensor, plan: Plan, per_tile: i
     """Copy the staged rowwise scales (``per_tile`` bytes a row of each tile, a multiple of 4) into the compact
     ``scale``, as int32 words.  Launched dependent on the quantize kernel where the GPU can (compute capability
     9.0+): its programs start as the kernel's last ones finish and wait for it (``griddepcontrol.wait``), which
-    takes its launch off the critical path (H100, bfloat16 8192^2: 0.1011 -> 0.0995 ms)."""
+    takes its launch off the critical path."""
     words = plan.cols // BLOCK_SIZE // 4
     args = (staging.view(torch.int32), scale.view(torch.int32), plan.rows, words, scale.shape[1] // 4)
     interpret = os.environ.get("TRITON_INTERPRET") == "1"

@@ -42,7 +42,7 @@ Two passes over ``x``, the fewest a global amax allows; with ``amax_source="give
    load two tiles ahead (``Launch.stages``, ``cp.async``).  The rowwise operand
    alone takes ``nvfp4_rowwise_kernel``, which reads ``x`` as words in contiguous 16-byte pieces; the
    columnwise operand alone, from 16-bit input on whole tiles with round to nearest (:func:`_gluon_columnwise`),
-   takes the Gluon kernel of ``fast.quant.nvfp4_gluon``, which stores the transposed codes and scales in wider
+   takes the Gluon kernel of ``fast.quant.nvfp4.gluon``, which stores the transposed codes and scales in wider
    pieces than this kernel can.
    Each kernel's tile body is a device function, :func:`quantize_tile` and :func:`rowwise_tile`
    (tile, dims, pointers, scale-row strides, the tensor scales' ``p0, p1``), which ``fast.group``'s
@@ -57,8 +57,8 @@ so that rounding it again is exact) and the E4M3 block scale is the hardware's s
 (:func:`_store_columns`).  Interpreted, the integer bit arithmetic of :func:`e2m1_rne` (three candidate
 roundings by float32 magic-number additions and their minimum) and ``_e4m3_rne`` (bit rounding in place).
 Stochastic rounding with uint8 random bits is :func:`e2m1_stochastic` (floors by ``fma.rm`` / ``add.rm``), with
-uint32 bits and interpreted ``fast._triton.round_to_code``.  (H100, bfloat16 8192 x 8192, both operands: 38 -> 30
-SASS instructions per element in Triton 3.6's sm_90 code, 168 registers.)
+uint32 bits and interpreted ``fast._triton.round_to_code``.  Each of these compiled forms is the one with the
+fewest instructions per element that gives the same bytes (``docs/performance.md``).
 
 Paths
 -----
@@ -83,7 +83,8 @@ from fast._triton import (
     PATH_ENV,
     selected_path,
 )
-from fast.quant.nvfp4.column_tiles import hadamard_16_columns, quantize_tile
+from fast.quant.nvfp4.column_tiles import quantize_tile
+from fast.quant.nvfp4.hadamard import hadamard_16_columns
 from fast.quant.nvfp4.launch import quantize_triton
 from fast.quant.nvfp4.rounding import e2m1_rne
 from fast.quant.nvfp4.settings import (

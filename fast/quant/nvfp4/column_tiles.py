@@ -8,7 +8,8 @@ from fast._triton import (
     float32_bits,
     tl,
 )
-from fast.quant.nvfp4.rounding import bfloat16_rne, e2m1_pairs, e2m1_stochastic
+from fast.quant.nvfp4.hadamard import hadamard_16_columns, hadamard_16_sums
+from fast.quant.nvfp4.rounding import e2m1_pairs, e2m1_stochastic
 from fast.quant.nvfp4.tiles import (
     abs_max,
     block_scale,
@@ -18,45 +19,6 @@ from fast.quant.nvfp4.tiles import (
     sanitized_magnitude,
     whole_tile,
 )
-
-
-@device
-def hadamard_16_columns(values, BM: tl.constexpr, BK: tl.constexpr):
-    """TE's random Hadamard transform of each 16-row chunk of the columns of float32 ``values [BM, BK]`` (the
-    columnwise operand ``values.T``, transformed along its rows): :func:`_hadamard_16_sums` rounded to bfloat16
-    (:func:`bfloat16_rne`), returned as float32 ``[BM, BK]``."""
-    return bfloat16_rne(_hadamard_16_sums(values, BM, BK))
-
-
-@device
-def _hadamard_16_sums(values, BM: tl.constexpr, BK: tl.constexpr):
-    """:func:`hadamard_16_columns` before its rounding: terms ``s_i v_i / 4``, float32 butterflies ``h = 1, 2, 4,
-    8``.  The butterfly partners are combined by sums over an axis of 2, so the tile stays in the threads that hold
-    it.  The amax pass takes the maximum of these magnitudes and rounds it once: rounding to nearest is monotonic and
-    symmetric, so the largest rounded magnitude is the rounded largest one."""
-    lane = tl.arange(0, 16)
-    signs = tl.where(((0xD7E8 >> lane) & 1) != 0, -0.25, 0.25)  # RHT_SIGN_MASK (kernels read no globals)
-    v = tl.reshape(values, [BM // 16, 16, BK]) * signs[None, :, None]
-    v = _column_butterfly(v, BM, BK, 1)
-    v = _column_butterfly(v, BM, BK, 2)
-    v = _column_butterfly(v, BM, BK, 4)
-    v = _column_butterfly(v, BM, BK, 8)
-    return tl.reshape(v, [BM, BK])
-
-
-@device
-def _column_butterfly(v, BM: tl.constexpr, BK: tl.constexpr, H: tl.constexpr):
-    """One float32 butterfly stage on axis 1 (16) of ``v [BM / 16, 16, BK]``: ``v[i], v[i + H] -> v[i] + v[i + H],
-    v[i] - v[i + H]``.  The partners are picked out of the axis of 2 as int32 bits by integer sums (``x + 0`` is
-    ``x``) and added as floats elementwise: a float reduction over the pair may start from +0 (NumPy's does, so
-    Triton's interpreter's; a GPU run gave +0 too), which turns ``-0 + -0`` into +0.  The sums keep the tile's
-    layout, which ``tl.split`` and ``tl.join`` do not (Triton 3.6 converted the tile through shared memory: 52
-    barriers a tile instead of 8, 0.31 -> 0.84 ms for both operands with RHT on the H100)."""
-    pairs = tl.reshape(v, [BM // 16 * (8 // H), 2, H, BK]).to(tl.int32, bitcast=True)
-    first = (tl.arange(0, 2) == 0)[None, :, None, None]
-    a = tl.sum(tl.where(first, pairs, 0), axis=1).to(tl.float32, bitcast=True)[:, None, :, :]
-    b = tl.sum(tl.where(first, 0, pairs), axis=1).to(tl.float32, bitcast=True)[:, None, :, :]
-    return tl.reshape(tl.where(first, a + b, a - b), [BM // 16, 16, BK])
 
 
 @device
@@ -168,9 +130,8 @@ def _store_columns(
     then).  ``q`` by ``FORM``: 0, the codes (in the low 4 bits, zeros from bit 4 to 17: stochastic rounding); 1, the
     scaled float32 values, rounded to nearest here by :func:`e2m1_pairs`; 2, the rowwise bytes ``[BM, BK / 2]`` of the
     same codes (16 x 16 tiles: ``x.T``'s codes are ``x``'s), whose nibbles pair anew, so that the shared codes come from
-    :func:`e2m1_pairs` rather than from the 8 float32 instructions an element of :func:`_e2m1_rne_raw`: H200, bfloat16
-    8192 x 8192, both operands in 16 x 16 tiles 0.1228 / 0.1229 / 0.1225 -> 0.1210 / 0.1215 / 0.1210 ms in three
-    runs, outputs byte-equal (``docs/performance.md``, 2026-12-03).  ``EVEN``: the tile is whole (no masks), else
+    :func:`e2m1_pairs` rather than from the 8 float32 instructions an element of :func:`_e2m1_rne_raw` (fewer
+    instructions, the same bytes).  ``EVEN``: the tile is whole (no masks), else
     masks in blocks and bytes, as :func:`quantize_block_tile`'s; ``ALIGNED``: so is every tile of the operand."""
     c = tl.arange(0, BK)
     g = tl.arange(0, BM // 16)
@@ -272,7 +233,7 @@ def amax_tile(
         # Elementwise running maxima, reduced once after the last tile (no reduction per tile).
         running = max2(running, sanitized_magnitude(values, RULE, SANITIZE), RULE)
         if COLUMNWISE and RHT:
-            running_t = max2(running_t, sanitized_magnitude(_hadamard_16_sums(values, BM, BK), RULE, SANITIZE), RULE)
+            running_t = max2(running_t, sanitized_magnitude(hadamard_16_sums(values, BM, BK), RULE, SANITIZE), RULE)
     return running, running_t
 
 
@@ -291,18 +252,16 @@ def _column_tile(
     """The raw elements of tile ``tile`` of ``x`` (``[BM, BK]``, row-major tiles) as a view whose register axes hold
     rows of a columnwise block; nothing is read for a negative ``tile``.
 
-    Triton 3.6 (the GPU's) gives a load's threads to its contiguous axis first and then to the other axes in index
-    order, leaving the last ones in registers.  ``WHOLE_BLOCKS`` false: ``[2, BM / 16, 4, 2, BK]``, row ``16 g + 4 q
-    + 2 b + a`` at ``[b, g, q, a]``; 16 bytes of a row a thread, then ``b`` and ``g`` to threads: a thread holds 8
-    of a block's 16 rows (rows 2i and 2i + 1, one columnwise byte, together), its neighbour the other 8, and half of
-    a rowwise block.  True: ``[BK / 4, BM / 16, 2, 4, 2, 4]``, row ``16 g + 8 b + 2 q + a`` and column ``4 c + d`` at
-    ``[c, g, b, q, a, d]``; 8 bytes of a row a thread, then ``c`` and ``g`` to threads: a thread holds all 16 rows of
-    its 4 columns' blocks, so the Hadamard butterflies and the columnwise block maxima stay in the thread (no
-    shuffles), while a rowwise block spans 4 threads.  H100, bfloat16 8192 x 8192: columnwise 0.1295 -> 0.1198 ms
-    (with ``_COLUMNWISE``'s 4 programs per SM), columnwise with RHT 0.1912 -> 0.1359, both with RHT 0.2548 -> 0.2230,
-    both with RHT in 16 x 16 tiles 0.2389 -> 0.1997, both with RHT, stochastic 0.3479 -> 0.3164; both without RHT
-    slower (0.1678 -> 0.2122: 231 registers, the rowwise block scales computed by 4 threads each), so they keep 8
-    rows.  (Other Triton versions may order the axes otherwise: slower, not wrong.)  The permute and reshape of
+    Triton gives a load's threads to its contiguous axis first and then to the other axes in index order, leaving the
+    last ones in registers.  ``WHOLE_BLOCKS`` false: ``[2, BM / 16, 4, 2, BK]``, row ``16 g + 4 q + 2 b + a`` at ``[b,
+    g, q, a]``; 16 bytes of a row a thread, then ``b`` and ``g`` to threads: a thread holds 8 of a block's 16 rows (rows
+    2i and 2i + 1, one columnwise byte, together), its neighbour the other 8, and half of a rowwise block.  True: ``[BK
+    / 4, BM / 16, 2, 4, 2, 4]``, row ``16 g + 8 b + 2 q + a`` and column ``4 c + d`` at ``[c, g, b, q, a, d]``; 8 bytes
+    of a row a thread, then ``c`` and ``g`` to threads: a thread holds all 16 rows of its 4 columns' blocks, so the
+    Hadamard butterflies and the columnwise block maxima stay in the thread (no shuffles), while a rowwise block spans 4
+    threads.  The columnwise operand and every variant with RHT are faster with 16 rows a thread; both operands without
+    RHT are slower so (more registers: the rowwise block scales computed by 4 threads each), so they keep 8 rows.
+    (Other Triton versions may order the axes otherwise: slower, not wrong.)  The permute and reshape of
     :func:`_column_values` move no data.
     """
     tiles_k = tl.cdiv(K, BK)
@@ -409,16 +368,15 @@ def quantize_tile(
     :func:`rowwise_tile`'s).  ``SAME_AMAX``: both operands have the same tensor amax (a computed one without
     RHT; given ones may differ), so 16 x 16 tiles share their codes.
 
-    ``EVEN``: every tile of ``x`` is whole.  Else, where the body fits 168 registers (16-bit input, round to nearest,
-    tensor amax, no RHT), the tiles that are whole (all but the last row and column of tiles) run without masks: a
-    separate copy of the body, since masks chosen by branches inside it held both variants' values at once (167 ->
-    226 registers, Triton 3.6 for sm_90).  H100, bfloat16, 8 uneven experts x 7168 (``fast.group``): 0.729 ->
-    0.613 ms.  The other variants take 226-255 registers already and were slower with the copy (float32 [32752,
-    7168] both: 0.909 -> 0.935 ms; RHT spilled more), so their ragged operands keep masks on every tile.
+    ``EVEN``: every tile of ``x`` is whole.  Else, where the body is small (16-bit input, round to nearest, tensor
+    amax, no RHT), the tiles that are whole (all but the last row and column of tiles) run without masks: a separate
+    copy of the body, since masks chosen by branches inside it held both variants' values at once (many more
+    registers).  The other variants need many registers already and were slower with the copy, so their ragged
+    operands keep masks on every tile.
 
     ``STORE_EVICTION``: the L2 eviction hint of the data and scale stores, :func:`store_eviction`'s (``fast.group``'s
     grouped kernel too, for its whole buffer).  The same hint on the MX, FP8 blockwise and FP8 current-scaling kernels
-    was 0 to 2% slower (H100, bfloat16 8192 x 8192); they store without one."""
+    was slower; they store without one."""
     whole = EVEN
     if not EVEN and INPUT != 0 and ROUNDING == 0 and not ROW_AMAX and not RHT:
         tiles_k = tl.cdiv(K, BK)

@@ -1,5 +1,8 @@
 """NVFP4 launches: tilings per variant, L2 cache policy, the amax and quantize passes, and the Triton path
-(:func:`quantize_triton`), which picks the Gluon columnwise kernel (``fast.quant.nvfp4.gluon``) where it applies."""
+(:func:`quantize_triton`), which picks the Gluon columnwise kernel (``fast.quant.nvfp4.gluon``) where it applies.
+
+Each tiling below was chosen by timing the candidates on the GPU, every one bit-equal to the torch path; the figures
+and the commands that reproduce them are in ``docs/performance.md``."""
 
 from __future__ import annotations
 
@@ -48,65 +51,43 @@ class Tiling(NamedTuple):
 
 _ROWWISE = Tiling(quantize=Launch(2, 2048, 4, 8), amax=Launch(1, 4096, 8, 4))
 """Rowwise operand only (``nvfp4_rowwise_kernel``): 2 x 2048 tiles (each thread half of two blocks of 16
-of each of 2 rows), 4 warps, 8 programs per SM (4 x 2048 tiles and 4 per SM: 6% slower on the H200); the
-flat amax pass in chunks of 4096 words (16 per thread), 8 warps."""
+of each of 2 rows), 4 warps, 8 programs per SM; the flat amax pass in chunks of 4096 words (16 per thread), 8
+warps."""
 _BOTH = Tiling(quantize=Launch(128, 64, 4, 2), amax=Launch(1, 4096, 8, 4))
-"""Both operands (``nvfp4_quantize_kernel``): 128 x 64 tiles, 4 warps (each thread 8 rows of 8 columns,
-167 registers in Triton 3.6 for sm_90), 2 programs per SM.  A tile gives each row of the columnwise outputs
-64 bytes of codes and 8 of scales: the transposed stores of 16-row tiles (8 and 1 bytes) took 60% of the
-pass (H100, bfloat16 8192 x 8192: both 0.298 -> 0.191 ms, 16x16 0.287 -> 0.169, RHT 0.486 -> 0.314; 64 x 64
-tiles with 2 warps were level for both).  The tile amax pass (row-scaled amax, Hadamard transform) uses the
-same tiles."""
+"""Both operands (``nvfp4_quantize_kernel``): 128 x 64 tiles, 4 warps (each thread 8 rows of 8 columns), 2
+programs per SM.  A tile gives each row of the columnwise outputs 64 bytes of codes and 8 of scales, so that the
+transposed stores are wide (16-row tiles stored 8 and 1 bytes, which dominated the pass).  The tile amax pass
+(row-scaled amax, Hadamard transform) uses the same tiles."""
 _BOTH_3 = _BOTH._replace(quantize=Launch(128, 64, 4, 3))
-"""Both operands in 16 x 16 tiles from 16-bit input with round to nearest, with RHT or without: 167-168 registers
-in Triton 3.6 (sm_90), so 3 programs of 4 warps fit an SM uncapped (H100, bfloat16 8192 x 8192: 0.1562 -> 0.1527 ms,
-with RHT 0.1996 -> 0.1855; with RHT the 168-register cap made it slower, 0.2214).  1x16 blocks in the same 168
-registers since the float16x2 rounding (0.1851 -> 0.1696 ms at 3 programs) take ``_BOTH_4_CAPPED`` or
+"""Both operands in 16 x 16 tiles from 16-bit input with round to nearest, with RHT or without: 3 programs of 4
+warps fit an SM uncapped (with RHT the register cap made it slower).  1x16 blocks take ``_BOTH_4_CAPPED`` or
 ``_BOTH_3_CAPPED``, and whole 16 x 16 tiles without RHT ``_BOTH_PIPELINED``; ragged shapes are capped anyway
 (``launch_options``' ``resident``: the edge tiles' masked copy of the body, see :func:`quantize_tile`).  Row
-amaxes and RHT in 1x16 blocks take 226-255 registers (2 programs)."""
+amaxes and RHT in 1x16 blocks need more registers (2 programs)."""
 _BOTH_3_CAPPED = _BOTH._replace(quantize=Launch(128, 64, 4, 3, register_cap=True))
-"""Both operands in 1x16 blocks, per-tensor amax, no RHT: 3 programs per SM under the 168-register cap.  From float32
-(228 registers uncapped; Triton 3.6 for sm_90: no spills capped) and with stochastic rounding (193; 5 spilled words)
-the cap is what lets 3 fit (H100, 8192 x 8192: float32 0.2526 -> 0.2430 ms, bfloat16 stochastic 0.2752 -> 0.2417;
-3 programs uncapped: 0.2874, 0.3321).  16-bit input with round to nearest fits uncapped (168) and gained by the cap
-too (0.1677 -> 0.1659 ms, given amax 0.1140 -> 0.1129; 16 x 16 tiles did not: 0.1526 -> 0.1513, given 0.1055 ->
-0.1065); it keeps this tiling on ragged single shapes only (else ``_BOTH_4_CAPPED``).  With RHT capped 3 per SM
-were slower (0.2215 -> 0.2334, and with stochastic rounding 0.3163 -> 0.3377), so RHT in 1x16 blocks keeps
-``_BOTH``, as does stochastic rounding of float32 input (not measured capped).
-``fast.group``'s grouped kernel takes 168 registers and ran this tiling for 16-bit input before ``_BOTH_4_CAPPED``:
-on 8 uneven experts x 7168 (H100, bfloat16) 0.617 ms at 3 programs against 0.639 ms at 2."""
+"""Both operands in 1x16 blocks, per-tensor amax, no RHT: 3 programs per SM under the register cap of 3 programs.
+From float32 and with stochastic rounding the cap is what lets 3 fit; 16-bit input with round to nearest fits
+uncapped and keeps this tiling on ragged single shapes only (else ``_BOTH_4_CAPPED``).  With RHT 3 capped programs
+were slower, so RHT in 1x16 blocks keeps ``_BOTH``, as does stochastic rounding of float32 input."""
 _BOTH_4_CAPPED = _BOTH._replace(quantize=Launch(128, 64, 4, 4, register_cap=True))
 """Both operands in 1x16 blocks from 16-bit input, round to nearest, per-tensor amax, no RHT, whole 128 x 64 tiles
-(and ``fast.group``'s grouped kernel): 4 programs per SM under the 128-register cap (Triton 3.6 for sm_90: no
-spills, but one spilled word with the ``torchao`` rule's divisions).  With 3 programs the quantize pass stalls on
-its tile loads (ncu, given amax: 0.60 instructions issued a cycle per scheduler, 2.7 active warps of 3); 4 hide
-more of it.  H100, bfloat16: 8192 x 8192 both 0.1658 -> 0.1614 ms, given amax 0.1125 -> 0.1090; [32768, 7168]
-0.5717 -> 0.5611; grouped 8 x [4096, 7168] 0.5773 -> 0.5610, uneven experts 0.6088 -> 0.5942; but a ragged single
-shape (8176 x 8208) 0.2213 -> 0.2345, so ragged single shapes keep ``_BOTH_3_CAPPED`` (64 x 64 tiles on 2 warps at
-8 per SM: 0.1648 ms, 128 x 32: 0.2169; raw in ``docs/bench/2026-11-27b-h100-nvfp4-occupancy.json``)."""
+(and ``fast.group``'s grouped kernel): 4 programs per SM under the register cap of 4.  With 3 programs the quantize
+pass stalls on its tile loads; a fourth hides more of that latency.  A ragged single shape was slower so, and keeps
+``_BOTH_3_CAPPED``."""
 _BOTH_PIPELINED = _BOTH._replace(quantize=Launch(128, 64, 4, 2, stages=3))
 """Both operands in 16 x 16 tiles from 16-bit input, round to nearest, no RHT, whole tiles: 2 programs per SM, each
-loading two tiles ahead (3 stages; 230-232 registers in Triton 3.6 for sm_90).  H100, bfloat16: 8192 x 8192
-0.1533 -> 0.1409 ms, given amax 0.1057 -> 0.1014; [32768, 7168] 0.5762 -> 0.4894, but given amax 0.3993 -> 0.4124
-(2 stages slower, 4 and 5 level or slower; 4 programs under the 128-register cap 0.1759).  Pipelined loads lost
-elsewhere: 1x16 blocks 0.1612 ms (level with ``_BOTH_4_CAPPED``, given amax slower), RHT 0.2149 -> 0.2631,
-stochastic rounding 0.2407 -> 0.2553, the columnwise operand alone 0.1197 -> 0.1738.  Ragged shapes and
-``fast.group``'s grouped kernel (whose loop crosses members) keep ``_BOTH_3``."""
+loading two tiles ahead (3 stages).  Pipelined loads lost elsewhere (1x16 blocks, RHT, stochastic rounding, the
+columnwise operand alone); ragged shapes and ``fast.group``'s grouped kernel (whose loop crosses members) keep
+``_BOTH_3``."""
 _COLUMNWISE = _BOTH._replace(quantize=Launch(128, 64, 4, 4))
-"""The columnwise operand alone: 128 x 64 tiles, 4 warps, 4 programs per SM (128 registers in Triton 3.6 for sm_90
-with a block's 16 rows in a thread, see :func:`_column_tile`; H100, bfloat16 8192 x 8192: 0.1198 ms, 0.1285 with
-128 x 32 tiles on 2 warps and 8 programs, 0.1229 with 3 programs; 0.251 with the 16 x 128 tiles of before)."""
+"""The columnwise operand alone: 128 x 64 tiles, 4 warps, 4 programs per SM, with a block's 16 rows in a thread
+(see :func:`_column_tile`)."""
 _ROWWISE_STOCHASTIC = _ROWWISE._replace(quantize=Launch(2, 4096, 8, 4))
-"""The rowwise operand alone, stochastic rounding: 2 x 4096 tiles, 8 warps, 4 programs per SM (H100, bfloat16 8192
-x 8192 with uint8 random bits: 0.1367 ms; 0.1553 with ``_ROWWISE``'s tiles, 0.1413 with 4 x 2048, 0.1396 with 4 x
-1024 on 2 warps, 0.1442-0.1708 with five others).  With a columnwise operand stochastic rounding takes the round to
-nearest tilings since :func:`e2m1_stochastic` (on the tiles of then: both 0.2758 ms, columnwise 0.1600, both with
-RHT 0.3792, against 0.3433, 0.2568 and 1.4656 ms on the 64 x 64 tiles that the generic rounding needed)."""
+"""The rowwise operand alone, stochastic rounding: 2 x 4096 tiles, 8 warps, 4 programs per SM.  With a columnwise
+operand stochastic rounding takes the round to nearest tilings (since :func:`e2m1_stochastic`)."""
 _WIDE_RANDOM = _BOTH._replace(quantize=Launch(64, 64, 4, 2))
 """uint32 random bits with a columnwise operand: 32 elements a thread, since the generic rounding of
-``round_to_code`` (:func:`e2m1_stochastic` for 32 bits) spills registers at 64 (Triton 3.6 for sm_90, both
-operands: 255 registers and 1176 bytes of stack on 128 x 64 tiles)."""
+``round_to_code`` (:func:`e2m1_stochastic` for 32 bits) spills registers at 64."""
 
 
 def select_tiling(
@@ -192,8 +173,7 @@ def launch_options(x: torch.Tensor, launch: Launch, resident: bool = False) -> d
     ``resident``: cap the registers at what keeps ``launch.programs_per_sm`` programs on an SM (65536 registers
     for ``programs_per_sm * num_warps * 32`` threads).  :func:`quantize_tile` on a ragged operand holds two
     copies of its body (masked edge tiles, unmasked others) and ptxas gives the pair more registers than either
-    needs (both operands, bfloat16: 245 against 168, and 168 without spills under the cap of 3 programs of 4
-    warps; Triton 3.6 for sm_90)."""
+    needs; under the cap neither spills."""
     if x.device.type != "cuda":
         return {"num_warps": launch.num_warps}
     options = {"num_warps": launch.num_warps, "enable_fp_fusion": False}
@@ -213,11 +193,7 @@ def program_count(x: torch.Tensor, tiles: int, per_sm: int) -> int:
 def kept_bytes(x: torch.Tensor, columnwise: bool) -> int:
     """How much of the end of ``x`` the amax pass marks evict-last, for the quantize pass, which reads it first,
     before its own writes push it out: 45% of the GPU's L2 for the rowwise operand alone, 30% with a columnwise one
-    (none in the interpreter).  H100, bfloat16 8192 x 8192, whole calls at 60 / 45 / 30 / 15 / 0%: rowwise 0.1111 /
-    0.1111 / 0.1118 / 0.1121 / 0.1123 ms, stochastic 0.1366 / 0.1352 / 0.1355 / 0.1356 / 0.1356; both 0.1593 / 0.1577
-    / 0.1570 / 0.1571 / 0.1570, in 16 x 16 tiles 0.1395 / 0.1375 / 0.1368 / 0.1364 / 0.1361, stochastic 0.2368 / 0.2354
-    / 0.2351 / 0.2360 / 0.2361, with RHT 0.2135 / 0.2135 / 0.2129 / 0.2135 / 0.2136; columnwise with RHT 0.1303 /
-    0.1291 / 0.1287 / 0.1287 / 0.1290 (``scratch/kept.py``, ``docs/bench/2026-11-27b-h100-nvfp4-occupancy.json``)."""
+    (none in the interpreter); the shares were the fastest whole calls of a sweep (``docs/performance.md``)."""
     if x.device.type != "cuda":
         return 0
     return int((0.3 if columnwise else 0.45) * torch.cuda.get_device_properties(x.device).L2_cache_size)
@@ -235,18 +211,8 @@ def store_eviction(x: torch.Tensor, s: Settings) -> str:
     written bytes leave L2 first; after a computed amax, before the input the amax pass kept there) when ``x`` is at
     most 4 times the GPU's L2; above that ``evict_last`` (the written bytes stay until whole: the scale sectors,
     which 4 to 8 tiles fill, and transposed rows that start inside a sector), except ``evict_first`` for the rowwise
-    operand alone with a given amax or RHT and for both operands with RHT.
-
-    H100, bfloat16, best of 2-3 in one process, the same bytes.  Without against ``evict_first`` (2026-11-27 sixth
-    session, ``docs/bench/2026-11-27f-h100/store-hint/``): 8192 x 8192 rowwise 0.1081 -> 0.1039 ms, columnwise
-    0.1161 -> 0.1118, both 0.1552 -> 0.1531, both with RHT 0.2135 -> 0.2080, given amax both 0.1085 -> 0.1041;
-    [32768, 7168] (4.5 x the L2) given amax both 0.4070 -> 0.3789, both with RHT 0.7194 -> 0.7139.  Without against
-    ``evict_last`` (eighth session, ``docs/bench/2026-11-27h-h100/``), computed amax: [32768, 7168] rowwise 0.3777 ->
-    0.3774, columnwise 0.4066 -> 0.3930, both 0.5549 -> 0.5307, both in 16 x 16 tiles 0.5053 -> 0.4812; [16384,
-    8192] columnwise 0.2303 -> 0.2248, both 0.3106 -> 0.3042.  ``evict_first`` against ``evict_last`` on [32768,
-    7168]: given amax both 0.3782 -> 0.3700 and columnwise with RHT 0.4512 -> 0.4325, but given amax rowwise 0.2075
-    -> 0.2192 and both with RHT 0.7096 -> 0.7182; at 8192 x 8192 ``evict_last`` lost everywhere (rowwise 0.1041 ->
-    0.1083, columnwise 0.1083 -> 0.1116)."""
+    operand alone with a given amax or RHT and for both operands with RHT, where ``evict_last`` was slower (each
+    entry is the faster hint of both, same bytes; ``docs/performance.md``)."""
     if x.device.type != "cuda":
         return ""
     if near_l2(x):
@@ -284,9 +250,7 @@ def _amax_pass(
         amax = [out[f"{prefix}amax"] for prefix in ("", "columnwise_") if f"{prefix}amax" in out]
         q = tiling.quantize
         tiles = triton.cdiv(rows, q.rows) * triton.cdiv(cols, q.cols)
-        # With RHT the tile pass holds the transform (222 registers for both operands, Triton 3.6 for sm_90): about
-        # as many programs per SM as fit (H100, bfloat16 8192 x 8192, whole call: both 0.2235 -> 0.2146 ms at 2 rather
-        # than 8, columnwise 0.1333 -> 0.1316 at 3; 4 was slower for both).
+        # With RHT the tile pass holds the transform and needs many registers: about as many programs per SM as fit.
         per_sm = (2 if s.rowwise else 3) if s.rht and s.columnwise else 8
         jit(nvfp4_amax_kernel)[(program_count(x, tiles, per_sm),)](
             x,
@@ -330,10 +294,9 @@ def _amax_pass(
 
 
 def _gluon_columnwise(x: torch.Tensor, s: Settings) -> types.ModuleType | None:
-    """``fast.quant.nvfp4_gluon``, whose kernel quantizes the columnwise operand alone (its docstring: the H100
-    figures), where it applies: a CUDA tensor of bfloat16 or float16, ``usage="columnwise"``, round to nearest, the
-    per-tensor amax, TE's scale rule, 1x16 blocks, no RHT, whole 128 x 64 tiles, and a Triton with Gluon; else None
-    (the Triton kernel)."""
+    """``fast.quant.nvfp4.gluon``, whose kernel quantizes the columnwise operand alone, where it applies: a CUDA tensor
+    of bfloat16 or float16, ``usage="columnwise"``, round to nearest, the per-tensor amax, TE's scale rule, 1x16 blocks,
+    no RHT, whole 128 x 64 tiles, and a Triton with Gluon; else None (the Triton kernel)."""
     covered = s._replace(
         usage="columnwise", block="1x16", amax_scope="tensor", rht=False, rounding="rne", scale_rule="te"
     )
@@ -419,8 +382,8 @@ def _quantize_pass(
         BM=q.rows,
         BK=q.cols,
         STAGES=q.stages,
-        # Capped: ragged tiles (two copies of the body), and the columnwise operand alone (stochastic rounding takes
-        # 159-167 registers uncapped, 128 without spills under the cap of 4 programs; Triton 3.6 for sm_90).
+        # Capped: ragged tiles (two copies of the body), and the columnwise operand alone (stochastic rounding fits
+        # the cap of 4 programs without spills).
         **launch_options(x, q, resident=not variant["EVEN"] or not s.rowwise),
     )
 

@@ -69,9 +69,8 @@ def e2m1_pairs(low, high):
     whose float16 bits 9-11 are the magnitude code; shifted up by 3 beside ``h``'s sign, each half holds its nibble in
     the top of its byte 1 (the low nibble zero); ``prmt`` gathers those bytes, a product by 17 (``y + (y << 4)``, no
     carries) puts each pair's two nibbles in one byte and a last ``prmt`` gathers those.
-    The sticky bit is an add and an and-or, not a ``setp`` and a predicated ``or``: outputs byte-equal, H200, bfloat16
-    8192 x 8192, both operands 0.1378 -> 0.1326 ms, with a given amax 0.1023 -> 0.0971, grouped 8 x [4096, 7168] both
-    0.4677 -> 0.4536 (``docs/performance.md``, 2026-12-01).
+    The sticky bit is an add and an and-or, not a ``setp`` and a predicated ``or`` (the same bytes, faster; see
+    ``docs/performance.md``).
     ``tests/gpu/test_gpu_nvfp4.py`` checks it on every float32 within 2**14 ulps of each E2M1 midpoint and grid
     point, on every bfloat16 value at many scales and on random float32 patterns.
     """
@@ -129,8 +128,8 @@ def e2m1_stochastic(scaled, random, RANDOM_BITS: tl.constexpr):
     taken (floors are monotonic); each candidate is ``u = 1 + 2**-7 (c a + r / 256)`` by one ``fma.rm`` with ``1 +
     r * 2**-15`` (``r``'s bits under 1.0's exponent, one ``mad``) and floored at ``2**-7`` by one ``add.rm`` of
     ``2**16 - 1`` plus the offset (the sum's last place is ``2**-7``); both round toward minus infinity, which keeps
-    the floor.  The code is in the low bits of ``2**16``'s float32 bits.  Both operands on 64 x 64 tiles: 3376
-    -> 2072 sm_90 SASS instructions a thread against the generic integer rounding (Triton 3.6).  32-bit random
+    the floor.  The code is in the low bits of ``2**16``'s float32 bits: far fewer instructions than the generic
+    integer rounding.  32-bit random
     values need more than float32's precision: the generic rounding.  ``tests/gpu/test_gpu_nvfp4.py`` checks it
     against ``reference.cast.fp4`` at every E2M1 rounding threshold for all 256 values of ``r``."""
     if RANDOM_BITS == 8:
@@ -183,7 +182,7 @@ def reciprocal_rn(d):
 def full_like(t, value):
     """A float32 tensor of ``t``'s shape filled with ``value`` (``t * 0 + value`` would turn Inf into NaN).  A select of
     ``value`` either way, rather than ``tl.full``: it takes ``t``'s layout in a Gluon kernel too
-    (``fast.quant.nvfp4_gluon``), where ``tl.full`` has none; the compiled code is the same."""
+    (``fast.quant.nvfp4.gluon``), where ``tl.full`` has none; the compiled code is the same."""
     return tl.where(t == t, value, value)
 
 

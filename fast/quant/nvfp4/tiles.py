@@ -107,8 +107,8 @@ def operand_scales(source_ptr, n_sources, amax_ptr, tensor_scale_ptr, RULE: tl.c
     (``SOURCES``, a power of two, at least ``n_sources``; as int32, non-negative floats order like their bits and a
     NaN's come above Inf's, as with ``atomic_max``): a given amax, or the flat amax pass's per-program maxima.
     Program 0 writes the tensor scale, and the amax bits to ``amax_ptr``: the output's amax (a given one's copy:
-    no launch of its own, 0.0660 ms for the given-amax rowwise call on the H100, where the kernel alone took 0.0598
-    under ncu), or the same bits back in place after an ``atomic_max`` amax pass."""
+    no launch of its own, which would cost about a tenth of a given-amax call), or the same bits back in place after
+    an ``atomic_max`` amax pass."""
     i = tl.arange(0, SOURCES)
     bits = tl.max(tl.load(source_ptr + i, mask=i < n_sources, other=0), axis=0)
     tensor_scale, p0, p1 = global_scales(bits.to(tl.float32, bitcast=True), RULE)
@@ -156,12 +156,11 @@ def quantize_block_tile(
     """Scales, codes and packed bytes of one ``[BR, BC]`` tile of an ``[n_rows, n_cols]`` operand whose scale rows
     are ``scale_stride`` bytes apart (``n_cols / 16``, or TE's padded ``round_up(n_cols / 16, 4)``).
 
-    ``EVEN``: the operand is a whole number of tiles, so nothing is masked; else the masks compare the stored
-    units (bytes, blocks) of 16-element steps (``n_rows``, ``n_cols``, ``row0``, ``col0`` are multiples of 16), a
-    form Triton's alignment analysis sees constant over a vector of bytes (``col0 + 2 * d < n_cols`` made every
-    byte a store of its own: 72 ``st.global.b8`` a thread for both operands, and 215 registers against 168 in
-    ``fast.group``'s grouped kernel, Triton 3.6 for sm_90).  Round to nearest is :func:`e2m1_pairs`'s.  Returns
-    the packed bytes ``[BR, BC / 2]`` and the E4M3 scale codes (``[BR / 16, BC / 16]`` with ``TILE_2D``, else
+    ``EVEN``: the operand is a whole number of tiles, so nothing is masked; else the masks compare the stored units
+    (bytes, blocks) of 16-element steps (``n_rows``, ``n_cols``, ``row0``, ``col0`` are multiples of 16), a form
+    Triton's alignment analysis sees constant over a vector of bytes (``col0 + 2 * d < n_cols`` made every byte a store
+    of its own, and cost registers in ``fast.group``'s grouped kernel).  Round to nearest is :func:`e2m1_pairs`'s.
+    Returns the packed bytes ``[BR, BC / 2]`` and the E4M3 scale codes (``[BR / 16, BC / 16]`` with ``TILE_2D``, else
     ``[BR, BC / 16]``), which the transposed operand of 16 x 16 tiles shares.
     """
     r = tl.arange(0, BR)
@@ -307,15 +306,13 @@ def rowwise_tile(
     run by ``fast.group``'s grouped kernel on each member's tiles (pointers at the member, its padded scale
     stride, its ``p0, p1``).
 
-    A tile is ``[BR, NB, 8 / V, V]`` words in memory order (``V`` words, 16 bytes, per load): element
-    ``2i`` of a word in its low half, ``2i + 1`` in its high half, and byte ``i`` of the packed data is
-    word ``i``, so the data is stored with the input's offsets.  Triton lays the last axis out within a
-    thread and consecutive threads along the next ones, so a warp's loads and stores are contiguous; a
-    block's ``8 / V`` pieces sit in neighbouring threads, which exchange their maxima by shuffles and
-    each compute the block's scales.  (One thread per block, with the pieces as the outer axis, needs no
-    shuffle but makes every warp load touch twice the cache lines: 0.103 ms against 0.092 ms for the
-    whole call at the same tiles, bfloat16 8192 x 8192 on the H200.)  ``STORE_EVICTION``: the L2 hint of the
-    data and scale stores, as :func:`quantize_tile`'s.
+    A tile is ``[BR, NB, 8 / V, V]`` words in memory order (``V`` words, 16 bytes, per load): element ``2i`` of a word
+    in its low half, ``2i + 1`` in its high half, and byte ``i`` of the packed data is word ``i``, so the data is stored
+    with the input's offsets.  Triton lays the last axis out within a thread and consecutive threads along the next
+    ones, so a warp's loads and stores are contiguous; a block's ``8 / V`` pieces sit in neighbouring threads, which
+    exchange their maxima by shuffles and each compute the block's scales.  (One thread per block, with the pieces as
+    the outer axis, needs no shuffle but makes every warp load touch twice the cache lines, which was slower.)
+    ``STORE_EVICTION``: the L2 hint of the data and scale stores, as :func:`quantize_tile`'s.
     """
     KW = K // 2
     KB = K // 16
