@@ -12,7 +12,7 @@ from conftest import median_ms  # the benchmarks' device timing
 
 from fast.group import quantize as gquantize
 from fast.quant.fp8 import fp8_delayed, fp8_tensor
-from fast.quant.fp8_blockwise import fp8_block
+from fast.quant.fp8_block import fp8_block
 from fast.quant.mx import mx
 from fast.quant.nvfp4 import nvfp4
 
