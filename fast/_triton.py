@@ -31,7 +31,7 @@ Device functions
 Launches
 --------
 Triton's ``JITFunction`` binds every argument and looks up its cache on each call, host time comparable
-to a memory-bound kernel's on an H100.  :class:`LaunchCache` keeps the ``CompiledKernel`` a first call
+to a memory-bound kernel's device time.  :class:`LaunchCache` keeps the ``CompiledKernel`` a first call
 returned, bound to its grid, so that later calls with the same key launch it directly.
 """
 
@@ -135,7 +135,7 @@ def gluon_sm90_ptx(
     aligned: Sequence[str] = (),
     **options: Any,
 ) -> str:
-    """The PTX of the Gluon kernel ``fn`` (bound as :func:`gluon_jit` binds it) for sm_90 (an H100), compiled without
+    """The PTX of the Gluon kernel ``fn`` (bound as :func:`gluon_jit` binds it) for sm_90, compiled without
     a GPU (Triton ships ptxas; the CPU tests read it): ``types`` gives each runtime argument's Triton type (``"i32"``
     where absent), ``constexprs`` the constexprs, ``aligned`` the runtime arguments to specialize as a launch does for
     16-byte aligned pointers and multiples of 16, ``options`` the compile options (``num_warps``, ``maxnreg``, ...)."""

@@ -7,9 +7,10 @@ ops from it.  :func:`flatten` packs a quantized tensor's buffers into one byte b
 16-byte aligned offset, :func:`byte_offsets`) and :func:`rebuild` gives them back as views of it, bit
 for bit.  ``reference/buffers.py`` states the shapes per recipe in full.
 
-Source: TransformerEngine ``pytorch/csrc/quantizer.cpp`` (``create_tensor``, ``get_scale_shape`` of
-each quantizer), ``pytorch/tensor/*_tensor.py`` (``__tensor_flatten__`` / ``__tensor_unflatten__``);
-``shared/notes/te_contracts.md`` §7, ``torch_contracts.md`` §6; ``specs/buffers/describe.yaml``.
+Source: ``NVIDIA/TransformerEngine@d0067d0:pytorch/csrc/quantizer.cpp`` (``create_tensor``, ``get_scale_shape``
+of each quantizer), ``NVIDIA/TransformerEngine@d0067d0:pytorch/tensor/*_tensor.py`` (``__tensor_flatten__`` /
+``__tensor_unflatten__``), ``NVIDIA/TransformerEngine@d0067d0:pytorch/tensor/storage/grouped_tensor_storage.py``;
+``specs/buffers/describe.yaml``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import NamedTuple
 
 import torch
 
+from fast._checks import check_choice
 from fast.quant import fp8_block, fp8_tensor, mx, nvfp4
 
 __all__ = ["ALIGNMENT", "BLOCKS", "RECIPES", "USAGES", "Buffer", "byte_offsets", "describe", "flatten", "layout",
@@ -63,9 +65,9 @@ def layout(shape: Sequence[int], *, recipe: str, block: str = "none", usage: str
     Raises ``ValueError`` for an unknown ``recipe``, ``block`` or ``usage``, a ``block`` the recipe
     lacks, and a shape the recipe's quantizer refuses (naming the dim and the rule).
     """
-    _check_choice("recipe", recipe, RECIPES)
-    _check_choice("block", block, BLOCKS)
-    _check_choice("usage", usage, USAGES)
+    check_choice("recipe", recipe, RECIPES)
+    check_choice("block", block, BLOCKS)
+    check_choice("usage", usage, USAGES)
     if (block == "none") != (recipe == "fp8_tensor"):
         wanted = "'none'" if recipe == "fp8_tensor" else "'1d' or '2d'"
         raise ValueError(f"Got recipe={recipe!r} and block={block!r}, but {recipe} takes block {wanted}")
@@ -128,7 +130,7 @@ def quantize(
     ``fp8_block``'s padding columns, which its quantizer leaves unwritten, are zeroed here; the other
     recipes write zeros or have none).  Raises as :func:`layout` and as the quantizer.
     """
-    _check_choice("scale_layout", scale_layout, SCALE_LAYOUTS)
+    check_choice("scale_layout", scale_layout, SCALE_LAYOUTS)
     if scale_layout != "compact" and recipe != "mxfp8":
         raise ValueError(f"Got scale_layout={scale_layout!r} and recipe={recipe!r}, but only mxfp8 has swizzled scales")
     names = layout(tuple(x.shape), recipe=recipe, block=block, usage=usage)
@@ -231,11 +233,6 @@ def rebuild(flat: torch.Tensor, buffers: Mapping[str, Buffer]) -> dict[str, torc
         size = math.prod(b.shape) * b.dtype.itemsize
         out[name] = flat[start : start + size].view(b.dtype).view(b.shape)
     return out
-
-
-def _check_choice(name: str, value: object, allowed: tuple[object, ...]) -> None:
-    if not any(type(value) is type(choice) and value == choice for choice in allowed):
-        raise ValueError(f"Got {name}={value!r}, but {name} must be one of {list(allowed)}")
 
 
 def _copies(rowwise: bool, columnwise: bool, row: dict[str, Buffer], col: dict[str, Buffer]) -> dict[str, Buffer]:

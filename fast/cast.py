@@ -70,7 +70,9 @@ from typing import Any, NamedTuple
 
 import torch
 
+from fast._checks import check_choice
 from fast._triton import PATH_ENV, e8m0_byte, float32_bits, jit, round_to_code, selected_path, tl, triton
+from fast.formats import FORMATS, FloatFormat
 
 __all__ = [
     "E8M0_ROUNDINGS",
@@ -112,43 +114,10 @@ _ROUNDING_IDS: dict[str, int] = {"rne": 0, "rtz": 1, "stochastic": 2}
 _F32_INF = 0x7F800000
 
 
-class _FloatFormat(NamedTuple):
-    """Bit fields and special codes of a signed narrow float format (sign in the top bit)."""
-
-    bits: int
-    mantissa_bits: int
-    bias: int
-    max_finite_code: int
-    """Largest finite magnitude code."""
-    nonsaturating_code: int
-    """Magnitude code of non-saturating overflow: Inf, or the NaN (fnuz: 0x80, which any sign leaves alone)."""
-    nan_codes: tuple[int, int]
-    """Codes of a positive and a negative NaN input (fp6/fp4: replaced per the ``nan`` policy)."""
-    signed_zero: bool
-
-    @property
-    def sign_mask(self) -> int:
-        return 1 << (self.bits - 1)
-
-
-_FORMATS: dict[str, _FloatFormat] = {
-    # OFP8 rev 1.0: E4M3FN max 448 (0x7E), NaN S.1111.111; E5M2 max 57344 (0x7B), Inf 0x7C, NaN 0x7F chosen.
-    "float8_e4m3fn": _FloatFormat(8, 3, 7, 0x7E, 0x7F, (0x7F, 0xFF), signed_zero=True),
-    "float8_e5m2": _FloatFormat(8, 2, 15, 0x7B, 0x7C, (0x7F, 0xFF), signed_zero=True),
-    # ml_dtypes fnuz: every magnitude code finite (max 240 / 57344 at 0x7F), the single NaN 0x80, no -0.
-    "float8_e4m3fnuz": _FloatFormat(8, 3, 8, 0x7F, 0x80, (0x80, 0x80), signed_zero=False),
-    "float8_e5m2fnuz": _FloatFormat(8, 2, 16, 0x7F, 0x80, (0x80, 0x80), signed_zero=False),
-    # OCP MX v1.0 §5.3: every code finite, always saturating.
-    "float6_e2m3fn": _FloatFormat(6, 3, 1, 0x1F, 0x1F, (0x1F, 0x1F), signed_zero=True),
-    "float6_e3m2fn": _FloatFormat(6, 2, 3, 0x1F, 0x1F, (0x1F, 0x1F), signed_zero=True),
-    "float4_e2m1fn": _FloatFormat(4, 1, 1, 0x7, 0x7, (0x7, 0x7), signed_zero=True),
-}
-
-
 class _FloatCast(NamedTuple):
     """Everything a float cast needs besides its inputs (the kernel's constexprs)."""
 
-    fmt: _FloatFormat
+    fmt: FloatFormat
     rounding: int
     overflow_code: int
     nan_codes: tuple[int, int]
@@ -274,22 +243,15 @@ _E8M0_THRESHOLDS: dict[str, tuple[int, int]] = {
 _BLOCK_BYTES = 16384
 """Input bytes per program: 64 per thread at 8 warps, i.e. four 16-byte loads per thread.
 
-Measured on an H100 (torch 2.11, Triton 3.6), fp8 RNE, 2^28 float32 elements: 0.44 ms, 101% of the
-device-to-device copy bandwidth (4 bytes read and 1 written per element); 8 elements per thread
-ran as fast, 32 float32 elements per thread a third slower.  bfloat16 inputs reach about 70% of
-copy bandwidth: with only 3 bytes per element the kernel is bound by its ~26 integer instructions
-per element, not by memory."""
+Float32 input runs at the device-to-device copy bandwidth (4 bytes read and 1 written per element);
+more elements per thread were slower.  bfloat16 input, with only 3 bytes per element, is bound by the
+integer rounding instructions rather than by memory (``docs/performance.md``)."""
 _NUM_WARPS = 8
 _STOCHASTIC_BLOCKS: dict[int, int] = {8: 2048, 32: 1024}
 """Elements per program of stochastic rounding, by random-bit width: 8 and 4 per thread at 8 warps.
 
-Measured on an H100 (torch 2.11, Triton 3.6), fp8 e4m3fn saturate, 2^28 float32 elements
-(``scripts/diag_kernels.py``; no tiling spills, 29-32 registers).  uint32 bits (9 bytes moved per
-element): four elements per thread (1024 x 8 warps, 512 x 4, 2048 x 16) 0.78 ms, 103% of the copy
-bandwidth; eight per thread (the former 2048 x 8) 0.97-1.02 ms, 79-83%; sixteen 2.3-2.4 ms, 33-34%.
-At eight per thread, ``.cg`` loads with a ``.cs`` store reached 89%, ``evict_first`` loads 62%, two
-tiles per program 73-75% and int64 offsets 83%.  uint8 bits (6 bytes): 2048 x 8 warps 0.52 ms, 103%;
-the former 4096 x 8 0.58 ms, 93%; 1024 x 8 98%."""
+Both reach the copy bandwidth without spills; more elements per thread fell well below it, as did cache
+hints, two tiles per program and int64 offsets (``docs/performance.md``, ``scripts/diag_kernels.py``)."""
 _MAX_LAUNCH = 1 << 30
 """Elements per launch: keeps ``program_id * BLOCK + arange`` inside int32 (and a multiple of every BLOCK)."""
 
@@ -450,11 +412,6 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
-    if not isinstance(value, str) or value not in allowed:
-        raise ValueError(f"Got {name}={value!r}, but {name} must be one of {list(allowed)}")
-
-
 def _check_x(x: object) -> None:
     """``TypeError`` unless ``x`` is a float32/bfloat16/float16 tensor, ``ValueError`` unless contiguous."""
     if not isinstance(x, torch.Tensor):
@@ -568,13 +525,13 @@ def fp8(
     ``random_bits`` missing with ``"stochastic"``, given without it, or of another shape or device;
     ``RuntimeError`` if the Triton path is forced where it cannot run.
     """
-    _check_choice("format", format, FP8_FORMATS)
-    _check_choice("overflow", overflow, OVERFLOW_POLICIES)
-    _check_choice("rounding", rounding, ROUNDINGS)
+    check_choice("format", format, FP8_FORMATS)
+    check_choice("overflow", overflow, OVERFLOW_POLICIES)
+    check_choice("rounding", rounding, ROUNDINGS)
     _check_x(x)
     _check_random_bits(random_bits, rounding, x)
-    fmt = _FORMATS[format]
-    overflow_code = fmt.max_finite_code if overflow == "saturate" else fmt.nonsaturating_code
+    fmt = FORMATS[format]
+    overflow_code = fmt.max_code if overflow == "saturate" else fmt.nonsaturating_code
     return _cast_float(x, random_bits, _FloatCast(fmt, _ROUNDING_IDS[rounding], overflow_code, fmt.nan_codes))
 
 
@@ -582,12 +539,12 @@ def _cast_saturating(
     x: torch.Tensor, random_bits: torch.Tensor | None, format: str, rounding: str, nan: str
 ) -> dict[str, torch.Tensor]:
     """fp6 / fp4 (``format`` checked): overflow and ±Inf saturate, NaN per the ``nan`` policy."""
-    _check_choice("rounding", rounding, ROUNDINGS)
-    _check_choice("nan", nan, NAN_POLICIES)
+    check_choice("rounding", rounding, ROUNDINGS)
+    check_choice("nan", nan, NAN_POLICIES)
     _check_x(x)
     _check_random_bits(random_bits, rounding, x)
-    fmt = _FORMATS[format]
-    top = fmt.max_finite_code
+    fmt = FORMATS[format]
+    top = fmt.max_code
     nan_codes = {"max": (top, top), "signed_max": (top, top | fmt.sign_mask), "negative_zero": (fmt.sign_mask, 0)}
     return _cast_float(x, random_bits, _FloatCast(fmt, _ROUNDING_IDS[rounding], top, nan_codes[nan]))
 
@@ -624,7 +581,7 @@ def fp6(
 
     Raises as :func:`fp8`, and ``ValueError`` for an unknown ``nan`` policy.
     """
-    _check_choice("format", format, FP6_FORMATS)
+    check_choice("format", format, FP6_FORMATS)
     return _cast_saturating(x, random_bits, format, rounding, nan)
 
 
@@ -659,7 +616,7 @@ def fp4(
 
     Raises as :func:`fp6`.
     """
-    _check_choice("format", format, FP4_FORMATS)
+    check_choice("format", format, FP4_FORMATS)
     return _cast_saturating(x, random_bits, format, rounding, nan)
 
 
@@ -694,9 +651,9 @@ def e8m0(x: torch.Tensor, *, rounding: str, zero: str, overflow: str) -> dict[st
     Raises ``TypeError`` unless ``x`` is a float32, bfloat16 or float16 tensor, ``ValueError`` for an
     unknown ``rounding``, ``zero`` or ``overflow`` or a non-contiguous ``x``.
     """
-    _check_choice("rounding", rounding, E8M0_ROUNDINGS)
-    _check_choice("zero", zero, E8M0_ZERO_POLICIES)
-    _check_choice("overflow", overflow, OVERFLOW_POLICIES)
+    check_choice("rounding", rounding, E8M0_ROUNDINGS)
+    check_choice("zero", zero, E8M0_ZERO_POLICIES)
+    check_choice("overflow", overflow, OVERFLOW_POLICIES)
     _check_x(x)
     codes = torch.empty(x.shape, dtype=torch.uint8, device=x.device)
     if x.numel() > 0:
@@ -745,8 +702,8 @@ def int_(x: torch.Tensor, *, dtype: str, mode: str) -> dict[str, torch.Tensor]:
     Raises ``TypeError`` unless ``x`` is a float32, bfloat16 or float16 tensor, ``ValueError`` for an
     unknown ``dtype`` or ``mode`` or a non-contiguous ``x``.
     """
-    _check_choice("dtype", dtype, INT_DTYPES)
-    _check_choice("mode", mode, INT_MODES)
+    check_choice("dtype", dtype, INT_DTYPES)
+    check_choice("mode", mode, INT_MODES)
     _check_x(x)
     codes = torch.empty(x.shape, dtype=torch.uint8, device=x.device)
     if x.numel() > 0:
@@ -822,10 +779,10 @@ def _main() -> None:
             for rounding, overflow in ((r, o) for r in ROUNDINGS for o in OVERFLOW_POLICIES):
                 bits = randoms if rounding == "stochastic" else None
                 cast = _FloatCast(
-                    _FORMATS[format],
+                    FORMATS[format],
                     _ROUNDING_IDS[rounding],
-                    _FORMATS[format].max_finite_code if overflow == "saturate" else _FORMATS[format].nonsaturating_code,
-                    _FORMATS[format].nan_codes,
+                    FORMATS[format].max_code if overflow == "saturate" else FORMATS[format].nonsaturating_code,
+                    FORMATS[format].nan_codes,
                 )
                 kernel, torch_path = (torch.empty(x.shape, dtype=torch.uint8, device=device) for _ in range(2))
                 _float_triton(x, bits, kernel, cast)

@@ -15,11 +15,11 @@ predicated store, no atomic), so valid input costs no extra pass.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
 
 import torch
 
 from fast._triton import LaunchCache, jit, selected_path, tl, triton
+from fast.formats import FORMATS, FloatFormat
 
 __all__ = ["FP4_FORMATS", "FP6_FORMATS", "FP8_FORMATS", "e8m0", "fp4", "fp6", "fp8"]
 
@@ -30,38 +30,9 @@ FP4_FORMATS: tuple[str, ...] = ("float4_e2m1fn",)
 _F32_QUIET_NAN = 0x7FC00000
 _F32_INF = 0x7F800000
 _SPECIALS: dict[str, int] = {"ieee": 0, "fn": 1, "fnuz": 2, "finite": 3, "e8m0": 4}
-"""The kernel's SPECIALS id of each ``_Format.specials`` (``e8m0``: the scale bytes)."""
+"""The kernel's SPECIALS id of each ``FloatFormat.specials`` (``e8m0``: the scale bytes)."""
 _BLOCK = 4096
 """Codes per program (8 warps: 16 per thread, 16-byte loads and four 16-byte stores each)."""
-
-
-class _Format(NamedTuple):
-    """Bit fields of a signed narrow float format (sign in the top bit) and where its specials live.
-
-    ``specials``: ``"ieee"`` (top exponent: Inf if the mantissa is 0, else NaN), ``"fn"`` (only the
-    all-ones magnitude is NaN), ``"fnuz"`` (the negative-zero pattern is the only NaN), ``"finite"``
-    (every code is a number).
-    """
-
-    exponent_bits: int
-    mantissa_bits: int
-    bias: int
-    specials: str
-
-    @property
-    def bits(self) -> int:
-        return 1 + self.exponent_bits + self.mantissa_bits
-
-
-_FORMATS: dict[str, _Format] = {
-    "float8_e4m3fn": _Format(4, 3, 7, "fn"),
-    "float8_e5m2": _Format(5, 2, 15, "ieee"),
-    "float8_e4m3fnuz": _Format(4, 3, 8, "fnuz"),
-    "float8_e5m2fnuz": _Format(5, 2, 16, "fnuz"),
-    "float6_e2m3fn": _Format(2, 3, 1, "finite"),
-    "float6_e3m2fn": _Format(3, 2, 3, "finite"),
-    "float4_e2m1fn": _Format(2, 1, 1, "finite"),
-}
 
 
 def fp8(codes: torch.Tensor, *, format: str) -> dict[str, torch.Tensor]:
@@ -181,7 +152,7 @@ def _decode(codes: torch.Tensor, format: str, width: int = 8) -> torch.Tensor:
         return values
     flat = codes.contiguous().view(-1)
     flag = torch.zeros(1, dtype=torch.int32, device=codes.device)
-    fmt = _FORMATS.get(format, _Format(8, 0, 127, "e8m0"))
+    fmt = FORMATS.get(format, FloatFormat(8, 0, 127, "e8m0"))
     args = (flat, values.view(-1), flag, flat.numel())
     key = (format, width, flat.numel(), codes.device, flat.data_ptr() % 16)
     if codes.device.type != "cuda" or not _LAUNCHES.launch(key, args):
@@ -272,7 +243,7 @@ def _check_width(codes: torch.Tensor, bits: int) -> None:
 @functools.cache
 def _table(format: str, device: torch.device) -> torch.Tensor:
     """The float32 values of every code of ``format`` on ``device``, built from the bit fields in int32."""
-    fmt = _FORMATS[format]
+    fmt = FORMATS[format]
     mantissa_mask = (1 << fmt.mantissa_bits) - 1
     exponent_all_ones = (1 << fmt.exponent_bits) - 1
     sign_shift = fmt.bits - 1

@@ -47,8 +47,8 @@ Scaled GEMMs
 ------------
 No Triton kernel: on CUDA :func:`scaled` calls ``torch._scaled_mm`` for the scalings the GPU runs
 (tensorwise on sm89+; rowwise and the three blockwise pairs with E4M3 operands, blockwise on sm90 with
-CUDA >= 12.9, M % 16 == 0 and K % 128 == 0, or K % 512 == 0 with a 128x128 operand, where an H200 run
-saw cuBLASLt refuse M = 1, 3 and misread 128x128 scales at K = 128; float32 rowwise output on sm90
+CUDA >= 12.9, M % 16 == 0 and K % 128 == 0, or K % 512 == 0 with a 128x128 operand, since cuBLASLt on
+sm90 refuses M = 1, 3 and misreads 128x128 scales at K = 128; float32 rowwise output on sm90
 only), so there it certifies torch's op against the reference, as the ``torch`` backend does.
 Everywhere else it dequantizes (``value * scale`` in float32) and multiplies in float32.
 Its operands are FP8 values in float32 carriers (cast to FP8 exactly; a value the format cannot hold is an
@@ -71,8 +71,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from fast._checks import check_choice
 from fast._triton import jit, selected_path, tl, triton
-from fast.quant.fp8 import check_choice
 
 __all__ = ["FORMS", "OUT_DTYPES", "SCALED_FORMATS", "SCALINGS", "bench", "empty_grouped_mm", "empty_scaled", "grouped",
            "grouped_mm", "scaled", "scaled_mm"]  # fmt: skip
@@ -554,7 +554,7 @@ def _scaled_mm_runs(
     if scalings == ("rowwise", "rowwise"):
         return out_dtype == "bfloat16" or capability == (9, 0)
     cuda = tuple(int(part) for part in str(torch.version.cuda or "0.0").split(".")[:2])
-    # Seen with torch 2.11 (CUDA 13.0, H200): cuBLASLt answers CUBLAS_STATUS_NOT_SUPPORTED for a 1x128 operand of
+    # Seen with torch 2.11 (CUDA 13.0, sm_90): cuBLASLt answers CUBLAS_STATUS_NOT_SUPPORTED for a 1x128 operand of
     # M = 1 or 3 rows, and a 128x128 operand with K / 128 = 1 and several blocks of rows gives wrong outputs
     # past the first block (cuBLASLt seemingly reads its scales with rows padded to 4 blocks, as TE's GEMM-ready
     # layout stores them, while torch passes them compact): so M % 16 == 0, and K % 512 == 0 with 128x128.

@@ -4,9 +4,9 @@ Pure data movement: a reshape, a swap of the two leading axes and one strided co
 contiguous tensor.  torch's copy kernel does this in a single pass over memory on CPU and on
 CUDA, so these torch ops are both the CPU and the CUDA path; a Triton kernel would move the same
 bytes.  Each block of ``block_size`` rows is contiguous in the output (and in a contiguous input),
-so the copy moves blocks as 8-byte integers when their size allows: on an H100 that took the
-interleave of a bfloat16 [2*14336, 4096] weight (k = 32) from 52% to 97% of copy bandwidth,
-since torch's strided copy costs about the same per element whatever the element's size.  A grouped
+so the copy moves blocks as 8-byte integers when their size allows, which brings the strided copy to
+about the copy bandwidth, since torch's strided copy costs about the same per element whatever the
+element's size (``docs/performance.md``).  A grouped
 weight ``[num_gemms, 2*F, H]`` goes through the same single copy with the members as a leading axis.
 """
 

@@ -49,7 +49,7 @@ between them stays in registers.  Compiled for sm_90 by Triton 3.6 and 3.9, no `
 uses shared memory with ``M_LANES`` 2 or 4 (with 1, ``inner_k_tiles = 2`` does; so did earlier
 versions of this kernel that ordered the piece axes otherwise, in one Triton or the other).  At
 ``inner_k_tiles = 8`` with 512 lines, ``M_LANES = 4`` and four warps, the dequant takes 20 4-byte loads
-and 4 16-byte stores per thread, about 240 SASS instructions; the previous kernel gathered one word
+and 4 16-byte stores per thread; the previous kernel gathered one word
 and one scale per weight (64 loads per 32 weights) and transposed its result through shared memory.
 The tiling was chosen from that analysis; its GPU timing against the alternatives (lines, ``M_LANES``,
 warps) is open (issue #5).
@@ -93,10 +93,10 @@ ops on every path.  This module imports without Triton and queries no device at 
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import torch
 
+from fast._checks import check_choice
 from fast._triton import PATH_ENV, device, jit, selected_path, tl, triton
 
 __all__ = [
@@ -424,11 +424,6 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _check_choice(name: str, value: object, allowed: tuple[Any, ...]) -> None:
-    if not any(type(value) is type(choice) and value == choice for choice in allowed):
-        raise ValueError(f"Got {name}={value!r}, but {name} must be one of {list(allowed)}")
-
-
 def _check_tensor(name: str, value: object, dtype: torch.dtype) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"Got {name} of type {type(value).__name__}, but {name} must be a torch.Tensor")
@@ -481,8 +476,8 @@ def tinygemm_pack(
     missing or passed in the other form, a non-2-D weight, a value outside 0..15, or ``K`` not a
     multiple of ``inner_k_tiles * 16``; ``TypeError`` for a weight of another dtype.
     """
-    _check_choice("inner_k_tiles", inner_k_tiles, INNER_K_TILES)
-    _check_choice("input_form", input_form, INPUT_FORMS)
+    check_choice("inner_k_tiles", inner_k_tiles, INNER_K_TILES)
+    check_choice("input_form", input_form, INPUT_FORMS)
     given, other = ("q", "q_uint8") if input_form == "int32" else ("q_uint8", "q")
     chosen, unwanted = (q, q_uint8) if input_form == "int32" else (q_uint8, q)
     if chosen is None or unwanted is not None:
@@ -519,7 +514,7 @@ def tinygemm_unpack(packed: torch.Tensor, *, inner_k_tiles: int) -> dict[str, to
     ``ValueError`` for ``inner_k_tiles`` not in (2, 4, 8) or a ``packed`` that is not
     ``[NT, KT, 32, inner_k_tiles/2]``, ``TypeError`` unless ``packed`` is int32.
     """
-    _check_choice("inner_k_tiles", inner_k_tiles, INNER_K_TILES)
+    check_choice("inner_k_tiles", inner_k_tiles, INNER_K_TILES)
     packed = _check_packed(packed, inner_k_tiles)
     n_tiles, k_tiles = packed.shape[:2]
     if selected_path(packed.device) == "torch":
@@ -584,9 +579,9 @@ def tinygemm_dequant(
     ``scales_and_zeros`` not ``[K/group_size, 8*NT, 2]``; ``TypeError`` unless ``packed`` is int32 and
     ``scales_and_zeros`` bfloat16.
     """
-    _check_choice("inner_k_tiles", inner_k_tiles, INNER_K_TILES)
-    _check_choice("group_size", group_size, GROUP_SIZES)
-    _check_choice("rounding", rounding, DEQUANT_ROUNDINGS)
+    check_choice("inner_k_tiles", inner_k_tiles, INNER_K_TILES)
+    check_choice("group_size", group_size, GROUP_SIZES)
+    check_choice("rounding", rounding, DEQUANT_ROUNDINGS)
     packed = _check_packed(packed, inner_k_tiles)
     n8, k = 8 * packed.shape[0], packed.shape[1] * 16 * inner_k_tiles
     sz = _check_scales_and_zeros(scales_and_zeros, n8, k, group_size)

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import torch
 
 from fast import dequant, quant
+from fast._checks import check_choice
 from fast.gemm import scaled_mm
 
 __all__ = ["RECIPES", "QuantizedLinear", "quantized"]
@@ -79,7 +80,7 @@ def _fp8_block(values: torch.Tensor, role: str) -> _Copies:
         q["columnwise_data"], q["columnwise_scale_inv"], format="float8_e4m3fn", block=block, operand="columnwise"
     )["x"]
     rows, cols = values.shape
-    # TE's GEMM-ready scales (transposed and padded to 4; fast.quant.fp8_blockwise) to one scale per block
+    # TE's GEMM-ready scales (transposed and padded to 4; fast.quant.fp8_block) to one scale per block
     if block == "1x128":
         row_scale, col_scale = q["scale_inv"][:, :rows].t(), q["columnwise_scale_inv"][:, :cols].t()
     else:
@@ -161,8 +162,7 @@ def quantized(
     several devices, and the quantizers' errors for shapes their blocks do not divide; ``TypeError``
     unless every input is a bfloat16 tensor.
     """
-    if recipe not in RECIPES:
-        raise ValueError(f"Got recipe={recipe!r}, but recipe must be one of {list(RECIPES)}")
+    check_choice("recipe", recipe, RECIPES)
     for name, value in (("x", x), ("w", w), ("b", b), ("dy", dy)):
         if not isinstance(value, torch.Tensor) or value.dtype != torch.bfloat16:
             got = str(value.dtype).removeprefix("torch.") if isinstance(value, torch.Tensor) else type(value).__name__

@@ -18,8 +18,9 @@ group sizes are data: a grouped product's output shape depends on the operands' 
 the form alone, so its fake never reads ``offs`` and one compiled graph serves every group split.
 
 Source: PyTorch ``torch.library.custom_op`` / ``register_fake`` (the custom-ops manual: a fake impl
-returns empty tensors of the real outputs' metadata and must not read data);
-``shared/notes/torch_contracts.md`` §6; ``fast/buffers.py``; ``fast/gemm.py``.
+returns empty tensors of the real outputs' metadata and must not read data); ``pytorch/pytorch``
+``aten/src/ATen/native/cuda/ScaledBlas.cpp`` and ``GroupedBlas.cpp`` (``_scaled_mm``, ``_grouped_mm``);
+``fast/buffers.py``; ``fast/gemm.py``.
 """
 
 from __future__ import annotations

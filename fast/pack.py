@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from fast._checks import check_choice
 from fast._triton import LaunchCache, jit, selected_path, tl, triton
 
 __all__ = ["NIBBLE_ORDERS", "nibbles"]
@@ -41,8 +42,7 @@ def nibbles(codes: torch.Tensor, *, order: str = "low_first") -> dict[str, torch
     Raises ``TypeError`` unless ``codes`` is a ``uint8`` tensor, ``ValueError`` for an unknown
     ``order``, a 0-d ``codes`` or a code above 15 (naming the first one).
     """
-    if order not in NIBBLE_ORDERS:
-        raise ValueError(f"Got order={order!r}, but order must be one of {list(NIBBLE_ORDERS)}")
+    check_choice("order", order, NIBBLE_ORDERS)
     if not isinstance(codes, torch.Tensor):
         raise TypeError(f"Got codes of type {type(codes).__name__}, but codes must be a torch.Tensor of dtype uint8")
     if codes.dtype != torch.uint8:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from fast._checks import check_choice
 from fast._triton import jit, selected_path, tl, triton
 
 __all__ = ["NIBBLE_ORDERS", "nibbles"]
@@ -40,10 +41,8 @@ def nibbles(packed: torch.Tensor, *, order: str = "low_first", odd: bool = False
     Raises ``TypeError`` unless ``packed`` is a ``uint8`` tensor, ``ValueError`` for an unknown
     ``order``, an ``odd`` that is not a bool, a 0-d ``packed``, or ``odd=True`` with ``M == 0``.
     """
-    if order not in NIBBLE_ORDERS:
-        raise ValueError(f"Got order={order!r}, but order must be one of {list(NIBBLE_ORDERS)}")
-    if not isinstance(odd, bool):
-        raise ValueError(f"Got odd={odd!r}, but odd must be one of {[False, True]}")
+    check_choice("order", order, NIBBLE_ORDERS)
+    check_choice("odd", odd, (False, True))
     if not isinstance(packed, torch.Tensor):
         raise TypeError(f"Got packed of type {type(packed).__name__}, but packed must be a torch.Tensor of dtype uint8")
     if packed.dtype != torch.uint8:

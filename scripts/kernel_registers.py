@@ -9,7 +9,7 @@ match it.  Experiments, not production code.
 Arguments: ``name=type`` for the runtime arguments (pointers ``*bf16``, ``*i32``, ...; default ``*u8`` for
 ``*_ptr``, ``i32`` otherwise) and ``NAME=value`` for constexprs (ints, ``True``/``False``, quoted strings).
 
-    python scripts/kernel_registers.py fast.group:_grouped_nvfp4_kernel x_ptr='*bf16' words_ptr='*i32' \\
+    python scripts/kernel_registers.py fast.group.kernels:grouped_nvfp4_kernel x_ptr='*bf16' words_ptr='*i32' \\
         amax_bits_ptr='*i32' table_ptr='*i64' INPUT=1 ROWWISE=True COLUMNWISE=True TILE_2D=False BM=128 BK=64 \\
         V=4 EVEN=True SANITIZE=False MEMBERS=16 --odd n_members --num-warps 4
 """
@@ -66,7 +66,7 @@ def resources(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kernel", help="module:function, e.g. fast.group:_grouped_nvfp4_kernel")
+    parser.add_argument("kernel", help="module:function, e.g. fast.group.kernels:grouped_nvfp4_kernel")
     parser.add_argument("settings", nargs="*", help="name=type (runtime arguments) or NAME=value (constexprs)")
     parser.add_argument("--odd", action="append", default=[], help="an integer argument not divisible by 16")
     parser.add_argument("--num-warps", type=int, default=4)

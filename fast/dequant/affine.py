@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from fast._checks import check_choice
+
 __all__ = ["DEQUANT_DTYPES", "OUT_DTYPES", "ZERO_POINT_DOMAINS", "affine"]
 
 DEQUANT_DTYPES: tuple[str, ...] = ("int8", "int4", "uint4")
@@ -45,8 +47,7 @@ def affine(
         ("zero_point_domain", zero_point_domain, ZERO_POINT_DOMAINS),
         ("out_dtype", out_dtype, OUT_DTYPES),
     ):
-        if not isinstance(value, str) or value not in allowed:
-            raise ValueError(f"Got {name}={value!r}, but {name} must be one of {list(allowed)}")
+        check_choice(name, value, allowed)
     _check_dtype("q", q, torch.uint8)
     if q.dim() != 2:
         raise ValueError(f"Got q.shape={tuple(q.shape)}, but q must be 2-D [R, C]")

@@ -7,7 +7,7 @@ float32 by its block's ``scale_inv``, and rounded once to nearest even to ``out_
 integer operations, float16 through the hardware conversion).  Outputs are float32 holding values of
 ``out_dtype``, as the specs ask.  The blockwise kernel walks the output ``[M, K]`` in tiles and reads
 the rowwise codes, or the transposed columnwise codes, with the scale of each element's block from
-TE's GEMM-ready layouts (``fast/quant/fp8_blockwise.py``); padding is never read.
+TE's GEMM-ready layouts (``fast/quant/fp8_block/``); padding is never read.
 
 Specs: ``specs/dequant/fp8_tensor.yaml``, ``specs/dequant/fp8_block.yaml``.  Paths are chosen by
 ``QCONFORM_FAST_PATH`` as in ``fast/cast.py``.  This module imports without Triton.
@@ -20,10 +20,11 @@ from typing import Any
 
 import torch
 
+from fast._checks import check_choice
 from fast._triton import device, jit, selected_path, tl, triton
 from fast.decode import fp8 as decode_fp8
-from fast.quant.fp8 import FP8_FORMATS, check_choice, dtype_name, quiet_interpreter
-from fast.quant.fp8_blockwise import BLOCKS, TILE, scale_shapes
+from fast.quant.fp8 import FP8_FORMATS, dtype_name, quiet_interpreter
+from fast.quant.fp8_block.shapes import BLOCKS, TILE, scale_shapes
 
 __all__ = ["OPERANDS", "OUT_DTYPES", "fp8_block", "fp8_tensor"]
 

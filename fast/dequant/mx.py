@@ -26,14 +26,15 @@ swizzled offset and multiplies once in float32.  The torch path composes ``fast.
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
 
 import torch
 
 import fast.decode
 import fast.layout
 import fast.unpack
+from fast._checks import check_choice
 from fast._triton import device, jit, tl, triton
+from fast.formats import FORMATS, FloatFormat
 from fast.layout import swizzled_offset
 
 __all__ = ["DEQUANT_USAGES", "MX_FORMATS", "SCALE_LAYOUTS", "mx"]
@@ -46,24 +47,9 @@ _PATH_ENV = "QCONFORM_FAST_PATH"
 _BLOCK = 32
 _BLOCK_M = 32
 _BLOCK_K = 128
-
-
-class _Format(NamedTuple):
-    bits: int
-    exponent_bits: int
-    mantissa_bits: int
-    bias: int
-    specials: int
-    """0: none (FP6/FP4), 1: E4M3 (the all-ones magnitude is NaN), 2: IEEE (E5M2: top exponent Inf/NaN)."""
-
-
-_FORMATS: dict[str, _Format] = {
-    "float8_e4m3fn": _Format(8, 4, 3, 7, 1),
-    "float8_e5m2": _Format(8, 5, 2, 15, 2),
-    "float6_e2m3fn": _Format(6, 2, 3, 1, 0),
-    "float6_e3m2fn": _Format(6, 3, 2, 3, 0),
-    "float4_e2m1fn": _Format(4, 2, 1, 1, 0),
-}
+_SPECIAL_IDS: dict[str, int] = {"finite": 0, "fn": 1, "ieee": 2}
+"""The kernel's ``SPECIALS`` id of each ``fast.formats`` specials: 0 none (FP6/FP4), 1 E4M3 (the all-ones magnitude
+is NaN), 2 IEEE (E5M2: top exponent Inf/NaN)."""
 
 
 # %% Compute kernel
@@ -189,9 +175,8 @@ def mx(
         ("usage", usage, DEQUANT_USAGES),
         ("scale_layout", scale_layout, SCALE_LAYOUTS),
     ):
-        if not isinstance(value, str) or value not in allowed:
-            raise ValueError(f"Got {name}={value!r}, but {name} must be one of {list(allowed)}")
-    fmt = _FORMATS[format]
+        check_choice(name, value, allowed)
+    fmt = FORMATS[format]
     for name, tensor in (("data", data), ("scale", scale)):
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"Got {name} of type {type(tensor).__name__}, but {name} must be a torch.Tensor of uint8")
@@ -235,7 +220,7 @@ def _launch(
     data: torch.Tensor,
     scale: torch.Tensor,
     out: torch.Tensor,
-    fmt: _Format,
+    fmt: FloatFormat,
     usage: str,
     scale_layout: str,
     rows: int,
@@ -266,7 +251,7 @@ def _run(
     data: torch.Tensor,
     scale: torch.Tensor,
     out: torch.Tensor,
-    fmt: _Format,
+    fmt: FloatFormat,
     columnwise: bool,
     swizzled: bool,
     rows: int,
@@ -284,7 +269,7 @@ def _run(
         EXPONENT_BITS=fmt.exponent_bits,
         MANTISSA_BITS=fmt.mantissa_bits,
         BIAS=fmt.bias,
-        SPECIALS=fmt.specials,
+        SPECIALS=_SPECIAL_IDS[fmt.specials],
         PACKED=fmt.bits == 4,
         COLUMNWISE=columnwise,
         SWIZZLED=swizzled,

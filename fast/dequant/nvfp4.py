@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from fast._checks import check_choice
 from fast._triton import device, jit, selected_path, tl, triton
 
 __all__ = ["AMAX_SCOPES", "OUT_DTYPES", "SCALE_RULES", "dequantize", "nvfp4"]
@@ -245,11 +246,6 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
-    if not isinstance(value, str) or value not in allowed:
-        raise ValueError(f"Got {name}={value!r}, but {name} must be one of {list(allowed)}")
-
-
 def _check_uint8(name: str, value: object) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"Got {name} of type {type(value).__name__}, but {name} must be a torch.Tensor of dtype uint8")
@@ -262,9 +258,9 @@ def _checked(
     data: object, scales: object, amax: object, tensor_scale: object, scale_rule: str, amax_scope: str, out_dtype: str
 ) -> torch.Tensor:
     """Check every argument as the reference does; return the tensor scale input (amax or tensor_scale)."""
-    _check_choice("scale_rule", scale_rule, SCALE_RULES)
-    _check_choice("amax_scope", amax_scope, AMAX_SCOPES)
-    _check_choice("out_dtype", out_dtype, OUT_DTYPES)
+    check_choice("scale_rule", scale_rule, SCALE_RULES)
+    check_choice("amax_scope", amax_scope, AMAX_SCOPES)
+    check_choice("out_dtype", out_dtype, OUT_DTYPES)
     if scale_rule == "torchao" and amax_scope != "tensor":
         raise ValueError("Got scale_rule='torchao' and amax_scope='row', but torchao has one per-tensor scale")
     data_t = _check_uint8("data", data)

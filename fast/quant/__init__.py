@@ -2,7 +2,7 @@
 
 from fast.quant.affine import affine
 from fast.quant.fp8 import fp8_delayed, fp8_tensor
-from fast.quant.fp8_blockwise import fp8_block
+from fast.quant.fp8_block import fp8_block
 from fast.quant.mx import mx
 from fast.quant.nvfp4 import nvfp4
 from fast.quant.qdq import qdq

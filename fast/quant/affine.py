@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from fast._checks import check_choice
+
 __all__ = ["ARITHMETIC_DTYPES", "MAPPINGS", "QUANT_DTYPES", "SCALAR_DIVISIONS", "ZERO_POINT_DOMAINS", "affine"]
 
 MAPPINGS: tuple[str, ...] = ("symmetric", "symmetric_no_clipping_err", "asymmetric")
@@ -56,8 +58,7 @@ def affine(
         ("arithmetic", arithmetic, ARITHMETIC_DTYPES),
         ("scalar_division", scalar_division, SCALAR_DIVISIONS),
     ):
-        if not isinstance(value, str) or value not in allowed:
-            raise ValueError(f"Got {name}={value!r}, but {name} must be one of {list(allowed)}")
+        check_choice(name, value, allowed)
     if zero_point_domain == "float" and mapping != "asymmetric":
         raise ValueError(
             f"Got zero_point_domain='float' and mapping={mapping!r}, but the float (tinygemm) zero-point "

@@ -1,5 +1,5 @@
 """FP8 per-tensor scaling recipes (contracts ``quant.fp8_tensor``, ``quant.fp8_delayed``): Triton kernels for
-CUDA and torch paths for the rest, plus the device functions the blockwise recipe (``fast/quant/fp8_blockwise.py``)
+CUDA and torch paths for the rest, plus the device functions the blockwise recipe (``fast/quant/fp8_block/``)
 shares.
 
 Contracts
@@ -54,8 +54,8 @@ arithmetic with torch ops (the element rounding through ``fast.cast.fp8``).  ``Q
 chooses as in ``fast/cast.py`` (``fast._triton.selected_path``).  In Triton's interpreter the kernels run
 under ``numpy.errstate(all="ignore")``: NumPy warns where the GPU silently gives Inf (``1 / 0``).  The
 scale rule's epsilon and value_for_inf are runtime arguments, not constexprs, so that the recipes' variants
-share compiled kernels.  Tiles (``CAST_TILES``, ``AMAX_TILE``) come from an H100 sweep at bfloat16
-8192x8192.
+share compiled kernels.  Tiles (``CAST_TILES``, ``AMAX_TILE``) come from a GPU sweep
+(``docs/performance.md``).
 
 This module imports without Triton and queries no device at import time.
 """
@@ -66,13 +66,15 @@ import contextlib
 import math
 import warnings
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 
+from fast._checks import check_choice
 from fast._triton import PATH_ENV, device, float32_bits, jit, round_to_code, selected_path, tl, triton
 from fast.cast import fp8 as cast_fp8
+from fast.formats import FORMATS
 
 __all__ = [
     "AMAX_COMPUTE_ALGOS",
@@ -113,19 +115,6 @@ DTYPE_MAX: dict[str, float] = {"float32": F32_MAX, "bfloat16": 3.389531389251535
 """Largest finite value of each input dtype (``inf_scale="input_max"``, the blockwise value_for_inf)."""
 
 
-class Fp8Format(NamedTuple):
-    """Bit fields of an FP8 element format and the constants of :func:`fp8_code`."""
-
-    mantissa_bits: int
-    bias: int
-    max_code: int
-    max_value: float
-
-
-FORMATS: dict[str, Fp8Format] = {
-    "float8_e4m3fn": Fp8Format(3, 7, 0x7E, 448.0),
-    "float8_e5m2": Fp8Format(2, 15, 0x7B, 57344.0),
-}
 FORMAT_META: dict[str, dict[str, Any]] = {
     name: {
         "MANTISSA_BITS": fmt.mantissa_bits,
@@ -135,7 +124,7 @@ FORMAT_META: dict[str, dict[str, Any]] = {
         "MAGIC": 2.0 ** (24 - fmt.bias - fmt.mantissa_bits),
         "FP8_MAX": fmt.max_value,
     }
-    for name, fmt in FORMATS.items()
+    for name, fmt in ((name, FORMATS[name]) for name in FP8_FORMATS)
 }
 """The kernels' constexprs of each format (computed once: launches stay cheap on the host)."""
 
@@ -480,11 +469,6 @@ def _copies(codes: torch.Tensor, shape: tuple[int, ...], usage: str) -> dict[str
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
-
-
-def check_choice(name: str, value: object, allowed: tuple[Any, ...]) -> None:
-    if not any(type(value) is type(choice) and value == choice for choice in allowed):
-        raise ValueError(f"Got {name}={value!r}, but {name} must be one of {list(allowed)}")
 
 
 def check_x(x: object, x_dtype: object) -> torch.Tensor:

@@ -37,7 +37,7 @@ Measure = Callable[..., dict[str, Any]]
 SHAPE = (8192, 8192)
 LARGE = (32768, 7168)
 """The grouped benchmarks' total (``test_bench_group.py``): 448 MiB, 4.5 times the H100's L2, above the size where
-the stores' L2 hint changes (``fast.quant.nvfp4._store_eviction``)."""
+the stores' L2 hint changes (``fast.quant.nvfp4.launch.store_eviction``)."""
 FLT_MAX = torch.finfo(torch.float32).max
 
 

@@ -202,14 +202,14 @@ def test_block_kernel(monkeypatch: pytest.MonkeyPatch, block: str, usage: str) -
 def test_gluon_block_kernel_compiles_for_sm90_without_a_shared_memory_transpose(
     dtype: str, format: str, power_2_scale: bool
 ) -> None:
-    """The CUDA kernel of 1x128 both on whole tiles (``fast.quant.fp8_blockwise_gluon``) cannot run here (Gluon has
+    """The CUDA kernel of 1x128 both on whole tiles (``fast.quant.fp8_block.gluon``) cannot run here (Gluon has
     no interpreter; the GPU tests check its bytes), but it compiles with this Triton for sm_90 (Triton ships
     ptxas), and its PTX shows the design: the hardware conversion, the columnwise codes stored as words, and no byte
     through shared memory.  Compiled in a fresh process: this one's interpreted kernels leave Triton's language
     patched for the interpreter."""
-    pytest.importorskip("fast.quant.fp8_blockwise_gluon", exc_type=ImportError)
+    pytest.importorskip("fast.quant.fp8_block.gluon", exc_type=ImportError)
     program = (
-        "import sys; from fast.quant.fp8_blockwise_gluon import sm90_ptx; "
+        "import sys; from fast.quant.fp8_block.gluon import sm90_ptx; "
         "print(sm90_ptx(*sys.argv[1:3], sys.argv[3] == 'True'))"
     )
     env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}

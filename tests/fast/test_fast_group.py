@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fast.group
+import fast.group.launch
 import reference.glu
 import reference.group
 from fast.glu import interleave, interleave_grouped
@@ -199,9 +200,9 @@ def test_grouped_kernels_match_reference(monkeypatch: pytest.MonkeyPatch, recipe
     pytest.importorskip("triton")
     monkeypatch.setenv(PATH_ENV, "triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setattr(fast.group, "AMAX_CHUNK", (64, 2, 4))  # several amax chunks per member and program
+    monkeypatch.setattr(fast.group.launch, "AMAX_CHUNK", (64, 2, 4))  # several amax chunks per member and program
     # NVFP4: 3 chunks evict-last
-    monkeypatch.setattr(fast.group, "_kept_bytes", lambda x, columnwise: 3 * 64 * x.element_size())
+    monkeypatch.setattr(fast.group.launch, "nvfp4_kept_bytes", lambda x, columnwise: 3 * 64 * x.element_size())
     n = data.draw(st.integers(1, 9), label="num_members")
     dims = st.lists(st.sampled_from(GROUPED_KERNEL_DIMS[recipe]), min_size=n, max_size=n)
     first_dims, last_dims = data.draw(dims, label="first_dims"), data.draw(dims, label="last_dims")
@@ -224,7 +225,7 @@ def test_grouped_kernels_on_whole_tiles(
     monkeypatch: pytest.MonkeyPatch, recipe: str, scale_layout: str, block: str, usage: str
 ):
     """The grouped NVFP4 and MXFP8 kernels' unmasked variants (every non-empty member a whole number of tiles:
-    NVFP4's 128 x 64 or 128 x 32 elements, rowwise 2 or 16 rows x 2048; ``fast.group.MX_TILES``), their
+    NVFP4's 128 x 64 or 128 x 32 elements, rowwise 2 or 16 rows x 2048; ``fast.group.launch.MX_TILES``), their
     programs crossing members and an empty one, against the reference."""
     pytest.importorskip("triton")
     monkeypatch.setenv(PATH_ENV, "triton")
@@ -237,9 +238,9 @@ def test_grouped_kernels_on_whole_tiles(
 
 
 def test_grouped_nvfp4_keeps_nothing_in_l2_for_a_large_columnwise_operand(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``_grouped_kept_bytes``: the single quantizer's share of L2 (``fast.quant.nvfp4._kept_bytes``) for the rowwise
-    operand alone and for buffers up to 4 times the L2; none for a columnwise operand above that (its tiles run M
-    first; H100 figures in ``_nvfp4_grouped``'s docstring); the interpreter keeps none either way."""
+    """``_grouped_kept_bytes``: the single quantizer's share of L2 (``fast.quant.nvfp4.launch.kept_bytes``) for the
+    rowwise operand alone and for buffers up to 4 times the L2; none for a columnwise operand above that (its tiles
+    run M first; see ``nvfp4_grouped``); the interpreter keeps none either way."""
     l2 = 50 << 20
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(L2_cache_size=l2))
 
@@ -247,10 +248,10 @@ def test_grouped_nvfp4_keeps_nothing_in_l2_for_a_large_columnwise_operand(monkey
         return types.SimpleNamespace(device=torch.device(device), numel=lambda: nbytes // 2, element_size=lambda: 2)
 
     small, large = buffer(4 * l2), buffer(4 * l2 + 2)
-    assert fast.group._grouped_kept_bytes(small, columnwise=True) == int(0.3 * l2)
-    assert fast.group._grouped_kept_bytes(large, columnwise=True) == 0
-    assert fast.group._grouped_kept_bytes(large, columnwise=False) == int(0.45 * l2)
-    assert fast.group._grouped_kept_bytes(buffer(4 * l2 + 2, "cpu"), columnwise=True) == 0
+    assert fast.group.launch._grouped_kept_bytes(small, columnwise=True) == int(0.3 * l2)
+    assert fast.group.launch._grouped_kept_bytes(large, columnwise=True) == 0
+    assert fast.group.launch._grouped_kept_bytes(large, columnwise=False) == int(0.45 * l2)
+    assert fast.group.launch._grouped_kept_bytes(buffer(4 * l2 + 2, "cpu"), columnwise=True) == 0
 
 
 def test_grouped_mxfp8_stages_row_scales(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -260,8 +261,8 @@ def test_grouped_mxfp8_stages_row_scales(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv(PATH_ENV, "triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     copies: list[int] = []
-    unstage = fast.group._unstage_mx_row_scales
-    monkeypatch.setattr(fast.group, "_unstage_mx_row_scales", lambda *args: copies.append(1) or unstage(*args))
+    unstage = fast.group.launch._unstage_mx_row_scales
+    monkeypatch.setattr(fast.group.launch, "_unstage_mx_row_scales", lambda *args: copies.append(1) or unstage(*args))
     first_dims, last_dims = [96, 0, 32, 160], [384, 128, 1024, 128]
     total = sum(m * k for m, k in zip(first_dims, last_dims, strict=True))
     tensor, carrier = special_buffer(total, "bfloat16", seed=5)
@@ -300,8 +301,8 @@ def test_members_that_stack_are_quantized_in_one_call(
     scale_layout: str,
     stacked: bool,
 ):
-    """Members whose stacked ``[sum(M), K]`` quantization gives the grouped buffers (``fast.group._stacking``)
-    take one quantizer call; the bytes are the reference's either way."""
+    """Members whose stacked ``[sum(M), K]`` quantization gives the grouped buffers
+    (``fast.group.members.stacked_call``) take one quantizer call; the bytes are the reference's either way."""
     monkeypatch.setenv(PATH_ENV, "torch")
     seen: list[tuple[int, ...]] = []
     real = fast.group.quantizer

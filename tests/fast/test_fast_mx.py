@@ -29,6 +29,9 @@ from reference.quant.mx import mx as reference_mx
 
 PATH_ENV = "QCONFORM_FAST_PATH"
 fast_mx_module = importlib.import_module("fast.quant.mx")
+mx_plan = importlib.import_module("fast.quant.mx.plan")
+mx_launch = importlib.import_module("fast.quant.mx.launch")
+mx_kernels = importlib.import_module("fast.quant.mx.kernels")
 
 
 def use_path(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
@@ -119,8 +122,8 @@ def test_staged_row_scales(monkeypatch: pytest.MonkeyPatch, tile: str) -> None:
     for shape in ((96, 384), (64, 1024)):
         x, values = blocky(shape, seed=2, dtype=torch.bfloat16)
         params = {"format": "float8_e4m3fn", "scale_rule": "rceil", "usage": "both"}
-        plan = fast_mx_module._plan(x, blocks="1d", scale_layout="compact", edges="te", **params)
-        assert fast_mx_module._stages_row_scales(plan, fast_mx_module._fixed_tile(tile, plan))
+        plan = mx_plan.make_plan(x, blocks="1d", scale_layout="compact", edges="te", **params)
+        assert mx_launch.stages_row_scales(plan, mx_launch._fixed_tile(tile, plan))
         assert_conforms(mx(x, **params), reference_mx(values.astype(np.float32), **params), f"{tile} {shape}")
 
 
@@ -231,7 +234,7 @@ def rounding_core_inputs(seed: int, random_count: int) -> np.ndarray:
 
 def expected_codes(values: np.ndarray, format: str) -> tuple[np.ndarray, np.ndarray | None]:
     """``mx_code``'s contract (saturating RNE, NaN -> +max) and, for FP8, ``fp8_code``'s (NaN -> 0x7F)."""
-    fmt = fast_mx_module._FORMATS[format]
+    fmt = mx_plan.FORMATS[format]
     nan = np.isnan(values)
     if fmt.bits == 8:
         codes = reference.cast.fp8(values, format=format, overflow="saturate")["codes"]
@@ -241,7 +244,7 @@ def expected_codes(values: np.ndarray, format: str) -> tuple[np.ndarray, np.ndar
 
 
 def run_codes_kernel(values: torch.Tensor, format: str) -> tuple[torch.Tensor, torch.Tensor]:
-    fmt = fast_mx_module._FORMATS[format]
+    fmt = mx_plan.FORMATS[format]
     codes = torch.empty(values.numel(), dtype=torch.uint8, device=values.device)
     fp8_codes = torch.empty_like(codes)
     block = 4096
@@ -258,7 +261,7 @@ def run_codes_kernel(values: torch.Tensor, format: str) -> tuple[torch.Tensor, t
             SIGN_SHIFT=32 - fmt.bits,
             SIGN_MASK=1 << (fmt.bits - 1),
             SUBNORMAL_ADDEND=2.0 ** (24 - fmt.bias - fmt.mantissa_bits),
-            FP8=fmt.fp8,
+            FP8=mx_plan.fp8_id(fmt),
             BLOCK=block,
         )
     return codes, fp8_codes
@@ -296,7 +299,7 @@ def test_rounding_core_every_bfloat16_and_random_float32(
 def boundary_values(format: str) -> np.ndarray:
     """Every code's value, the midpoints between neighbouring codes and the float32 neighbours of both, with
     either sign, a few scalings around the largest value, and float32 subnormals."""
-    fmt = fast_mx_module._FORMATS[format]
+    fmt = mx_plan.FORMATS[format]
     magnitudes = reference_decode_magnitudes(format)
     midpoints = (magnitudes[:-1] + magnitudes[1:]) / 2
     points = np.concatenate([magnitudes, midpoints, [fmt.max_value * 1.0625, fmt.max_value * 2, 3.4e38]])
@@ -308,7 +311,7 @@ def boundary_values(format: str) -> np.ndarray:
 
 def reference_decode_magnitudes(format: str) -> np.ndarray:
     """Non-negative finite values of every code of ``format`` (from ``reference.cast``'s decoder), ascending."""
-    fmt = fast_mx_module._FORMATS[format]
+    fmt = mx_plan.FORMATS[format]
     codes = np.arange(1 << (fmt.bits - 1), dtype=np.uint8)
     values = getattr(reference.decode, f"fp{fmt.bits}")(codes, format=format)["values"]
     return np.unique(values[np.isfinite(values)]).astype(np.float32)
@@ -377,7 +380,7 @@ def test_forced_triton_on_cpu_needs_the_interpreter(monkeypatch: pytest.MonkeyPa
 
 
 def test_forced_triton_without_triton(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fast_mx_module, "triton", None)
+    monkeypatch.setattr(mx_launch, "triton", None)
     monkeypatch.setenv(PATH_ENV, "triton")
     with pytest.raises(RuntimeError, match="triton is not installed"):
         mx(torch.ones(1, 32), format="float8_e4m3fn", scale_rule="floor")
@@ -435,27 +438,25 @@ def test_cached_launch_repeats_the_first(monkeypatch: pytest.MonkeyPatch, tile: 
         best_config = types.SimpleNamespace(kwargs=best)
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.setattr(
-        fast_mx_module, "_LAUNCHES", LaunchCache(fast_mx_module._mx_kernel, fast_mx_module._RUNTIME_ARGS)
-    )
-    monkeypatch.setattr(fast_mx_module, "_has_fp8_conversion", lambda device: True)
-    monkeypatch.setattr(fast_mx_module, "jit", lambda fn: FakeKernel())
-    monkeypatch.setattr(fast_mx_module, "_tuned_kernel", lambda interpret, rows_of_32, staged: FakeKernel())
+    monkeypatch.setattr(mx_launch, "_LAUNCHES", LaunchCache(mx_kernels.mx_kernel, mx_launch._RUNTIME_ARGS))
+    monkeypatch.setattr(mx_launch, "has_fp8_conversion", lambda device: True)
+    monkeypatch.setattr(mx_launch, "jit", lambda fn: FakeKernel())
+    monkeypatch.setattr(mx_launch, "_tuned_kernel", lambda interpret, rows_of_32, staged: FakeKernel())
     if tile == "32x256x8":
         monkeypatch.setenv("QCONFORM_MX_TILE", tile)
     else:
         monkeypatch.delenv("QCONFORM_MX_TILE", raising=False)
     if tile == "tuned":
-        monkeypatch.setattr(fast_mx_module, "_AUTOTUNE_MIN_ELEMENTS", 0)
-    plan = fast_mx_module._plan(torch.zeros(64, 512), "float8_e4m3fn", "rceil", "rowwise", "1d", "compact", "te")
+        monkeypatch.setattr(mx_launch, "_AUTOTUNE_MIN_ELEMENTS", 0)
+    plan = mx_plan.make_plan(torch.zeros(64, 512), "float8_e4m3fn", "rceil", "rowwise", "1d", "compact", "te")
     outputs = fast_mx_module._allocate(torch.zeros(64, 512), plan)
-    x = types.SimpleNamespace(  # what _launch reads of x
+    x = types.SimpleNamespace(  # what launch_kernel reads of x
         dtype=torch.float32, device=torch.device("cuda", 0), data_ptr=lambda: 0
     )
-    fast_mx_module._launch(x, plan, outputs)
-    fast_mx_module._launch(x, plan, outputs)
+    mx_launch.launch_kernel(x, plan, outputs)
+    mx_launch.launch_kernel(x, plan, outputs)
     (_, size, first_args, meta), (kind, grid, args) = launches
-    names = list(inspect.signature(fast_mx_module._mx_kernel).parameters)
+    names = list(inspect.signature(mx_kernels.mx_kernel).parameters)
     bound = dict(zip(names, args, strict=True))
     tile_meta = {"BLOCK_M": 32, "BLOCK_K": 256, "EVEN": True} if tile != "tuned" else {**best, "EVEN": True}
     assert kind == "cached"
@@ -463,7 +464,7 @@ def test_cached_launch_repeats_the_first(monkeypatch: pytest.MonkeyPatch, tile: 
     assert args[: len(first_args)] == first_args
     assert all(bound[name] == value for name, value in {**meta, **tile_meta}.items() if name != "num_warps")
     key = (plan, x.dtype, x.device, 0, tile if tile == "32x256x8" else None)
-    assert fast_mx_module._LAUNCHES.constant(key, "BLOCK_K") == tile_meta["BLOCK_K"]  # the staged scales' layout
+    assert mx_launch._LAUNCHES.constant(key, "BLOCK_K") == tile_meta["BLOCK_K"]  # the staged scales' layout
 
 
 @pytest.mark.parametrize(

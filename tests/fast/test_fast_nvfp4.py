@@ -32,8 +32,8 @@ from reference.dequant.nvfp4 import nvfp4 as reference_dequantize
 from reference.quant.nvfp4 import hadamard_16 as reference_hadamard
 from reference.quant.nvfp4 import nvfp4 as reference_nvfp4
 
-quant_module = importlib.import_module("fast.quant.nvfp4")
-_e4m3_rne = quant_module._e4m3_rne
+launch_module = importlib.import_module("fast.quant.nvfp4.launch")
+_e4m3_rne = importlib.import_module("fast.quant.nvfp4.rounding")._e4m3_rne
 
 GENERATOR = torch.Generator().manual_seed(20261122)
 
@@ -316,7 +316,7 @@ def test_kernels_from_a_given_amax_match_reference(
 def test_kernels_from_a_given_amax_skip_the_amax_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     x = matrix((32, 48), torch.bfloat16, "normal")
     expected = fast_nvfp4(x)
-    monkeypatch.setattr(quant_module, "_amax_pass", None)  # calling it would raise
+    monkeypatch.setattr(launch_module, "_amax_pass", None)  # calling it would raise
     got = fast_nvfp4(x, amax_source="given", amax=expected["amax"], columnwise_amax=expected["columnwise_amax"])
     for name, tensor in expected.items():
         assert torch.equal(got[name], tensor), name
@@ -482,8 +482,8 @@ for module, name, settings in json.loads(sys.argv[1]):
 
 
 def test_kernels_hint_their_stores_as_asked() -> None:
-    """``STORE_EVICTION`` reaches the stores (``fast.quant.nvfp4._store_eviction``; H100 figures in its docstring):
-    the single quantize and rowwise kernels and ``fast.group``'s grouped kernel, compiled for sm_90 with
+    """``STORE_EVICTION`` reaches the stores (``fast.quant.nvfp4.launch.store_eviction``): the single quantize and
+    rowwise kernels and ``fast.group``'s grouped kernel, compiled for sm_90 with
     ``evict_first`` or ``evict_last``, store their codes and scales with that L2 hint, with none without one.
     Compiled in a fresh process: this one's interpreted kernels leave Triton's language patched for the interpreter."""
     pytest.importorskip("triton")
@@ -506,12 +506,14 @@ def test_kernels_hint_their_stores_as_asked() -> None:
     }  # fmt: skip
     hints = ("evict_first", "evict_last", "")
     kernels = [
-        ("fast.quant.nvfp4", "_nvfp4_quantize_kernel", {**operands, "ROWWISE": both, "STORE_EVICTION": hint})
+        ("fast.quant.nvfp4.kernels", "nvfp4_quantize_kernel", {**operands, "ROWWISE": both, "STORE_EVICTION": hint})
         for both in (False, True)
         for hint in hints
     ]
-    kernels += [("fast.quant.nvfp4", "_nvfp4_rowwise_kernel", {**rowwise, "STORE_EVICTION": hint}) for hint in hints]
-    kernels += [("fast.group", "_grouped_nvfp4_kernel", {**grouped, "STORE_EVICTION": hint}) for hint in hints]
+    kernels += [
+        ("fast.quant.nvfp4.kernels", "nvfp4_rowwise_kernel", {**rowwise, "STORE_EVICTION": hint}) for hint in hints
+    ]
+    kernels += [("fast.group.kernels", "grouped_nvfp4_kernel", {**grouped, "STORE_EVICTION": hint}) for hint in hints]
     env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     args = [sys.executable, "-c", _STORES_PROGRAM, json.dumps(kernels)]
     lines = subprocess.run(args, env=env, capture_output=True, text=True, check=True).stdout.splitlines()
@@ -519,7 +521,7 @@ def test_kernels_hint_their_stores_as_asked() -> None:
     # every code and scale store, all but program 0's per-tensor scale and amax words (2 an operand; the grouped
     # kernel's program 0 copies the members' amaxes: 1 store)
     for (_, name, constexprs), kernel_stores in zip(kernels, stores, strict=True):
-        others = 1 if name.startswith("_grouped") else 2 * (1 + constexprs.get("ROWWISE", False))
+        others = 1 if name.startswith("grouped") else 2 * (1 + constexprs.get("ROWWISE", False))
         hint = constexprs["STORE_EVICTION"]
         counts = {kind: sum(f"L1::{kind}" in store for store in kernel_stores) for kind in hints[:2]}
         expected = {kind: len(kernel_stores) - others if kind == hint else 0 for kind in hints[:2]}
@@ -527,10 +529,11 @@ def test_kernels_hint_their_stores_as_asked() -> None:
 
 
 def test_store_hint_rule(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``_store_eviction``'s table (its docstring gives the H100 figures behind each entry): ``evict_first`` up to 4
+    """``store_eviction``'s table (its docstring gives the H100 figures behind each entry): ``evict_first`` up to 4
     times the L2, above it ``evict_last`` except for the rowwise operand alone with a given amax or RHT and both
     operands with RHT; no hint off CUDA."""
-    nv = importlib.import_module("fast.quant.nvfp4")
+    nv = importlib.import_module("fast.quant.nvfp4.launch")
+    nv_settings = importlib.import_module("fast.quant.nvfp4.settings")
     l2 = 50 << 20
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(L2_cache_size=l2))
 
@@ -539,7 +542,7 @@ def test_store_hint_rule(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def hint(elements: int, device: str = "cuda", **settings: Any) -> str:
         x = types.SimpleNamespace(device=torch.device(device), numel=lambda: elements, element_size=lambda: 2)
-        return nv._store_eviction(x, nv._Settings(**{**defaults, **settings}))
+        return nv.store_eviction(x, nv_settings.Settings(**{**defaults, **settings}))
 
     small, large = 2 * l2 // 2, 4 * l2 // 2 + 1  # elements of 2 bytes: at most and just above 4 x the L2
     assert hint(large, device="cpu") == ""
@@ -554,7 +557,7 @@ def test_store_hint_rule(monkeypatch: pytest.MonkeyPatch) -> None:
 
 _GLUON_STORES_PROGRAM = """
 import json, re, sys
-from fast.quant.nvfp4_gluon import sm90_ptx
+from fast.quant.nvfp4.gluon import sm90_ptx
 
 for zero_enc, eviction in json.loads(sys.argv[1]):
     print(json.dumps(re.findall(r"st[.]global[.][a-zA-Z0-9_.:]*", sm90_ptx(zero_enc, eviction))))
@@ -562,12 +565,12 @@ for zero_enc, eviction in json.loads(sys.argv[1]):
 
 
 def test_gluon_columnwise_kernel_compiles_for_sm90_with_wide_transposed_stores() -> None:
-    """The CUDA kernel of the columnwise operand on whole tiles (``fast.quant.nvfp4_gluon``) cannot run here (Gluon
+    """The CUDA kernel of the columnwise operand on whole tiles (``fast.quant.nvfp4.gluon``) cannot run here (Gluon
     has no interpreter; the GPU tests check its bytes), but it compiles with this Triton for sm_90 (the shared device
     functions bound for Gluon), and its PTX shows the design: per tile a thread stores its codes as two 16-byte
     vectors and its scales as one 4-byte word, hinted ``evict_first`` when asked; the only other stores are program
     0's amax and tensor scale.  Compiled in a fresh process (see the test above)."""
-    pytest.importorskip("fast.quant.nvfp4_gluon", exc_type=ImportError)
+    pytest.importorskip("fast.quant.nvfp4.gluon", exc_type=ImportError)
     cases = [(False, "evict_first"), (True, "evict_first"), (False, "")]
     env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     args = [sys.executable, "-c", _GLUON_STORES_PROGRAM, json.dumps(cases)]

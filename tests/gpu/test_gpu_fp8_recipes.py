@@ -103,10 +103,10 @@ def test_block_matches_reference(dtype: str, block: str, usage: str) -> None:
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_block_1x128_both_on_whole_tiles_runs_the_gluon_kernel(dtype: str) -> None:
-    """Where Triton has Gluon, 1x128 both on whole tiles is the kernel of ``fast.quant.fp8_blockwise_gluon`` (one
+    """Where Triton has Gluon, 1x128 both on whole tiles is the kernel of ``fast.quant.fp8_block.gluon`` (one
     more cached launch for a new shape), with the reference's bytes; the other tests reach it through the same
     calls."""
-    gluon_module = pytest.importorskip("fast.quant.fp8_blockwise_gluon", exc_type=ImportError)
+    gluon_module = pytest.importorskip("fast.quant.fp8_block.gluon", exc_type=ImportError)
     x, carrier = special_input((1408, 896), dtype, seed=7)
     for format, power_2_scale, epsilon in [
         ("float8_e4m3fn", True, 0.0),

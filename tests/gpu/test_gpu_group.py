@@ -22,7 +22,8 @@ import reference.glu
 import reference.group
 from fast.buffers import quantizer
 from fast.glu import interleave_grouped
-from fast.group import _EMPTY_MEMBER, _GROUPED, layout, quantize, tp_partition
+from fast.group import layout, quantize, tp_partition
+from fast.group.members import EMPTY_MEMBER, GROUPED
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -99,7 +100,7 @@ STACKED = [
     ("fp8_block", "1d", "compact", [512] * 4, [1000] * 4),
     ("fp8_block", "2d", "compact", [512] * 4, [1000] * 4),
 ]
-"""Members that stack (``fast.group._stacking``): one quantizer launch on the stacked view."""
+"""Members that stack (``fast.group.members.stacked_call``): one quantizer launch on the stacked view."""
 
 
 @pytest.mark.parametrize("usage", ["both", "rowwise", "columnwise"])
@@ -173,11 +174,11 @@ def assert_members_match_the_member_quantizer(
     member_quantizer = quantizer(recipe, block, usage, "compact")
     for i, (m, k) in enumerate(shapes):
         member = member_quantizer(tensor[offsets[i] : offsets[i + 1]].view(m, k)) if m * k else {}
-        for name, (source, placement, _) in _GROUPED[recipe].items():
+        for name, (source, placement, _) in GROUPED[recipe].items():
             if name not in got:
                 continue
             if placement == "member":
-                expected = member[source].reshape(()) if m * k else torch.tensor(_EMPTY_MEMBER[name], device="cuda")
+                expected = member[source].reshape(()) if m * k else torch.tensor(EMPTY_MEMBER[name], device="cuda")
                 assert torch.equal(got[name][i], expected), (name, i)
             elif placement == "scales" and m * k:
                 start = placed["columnwise_scale_offsets" if name.startswith("columnwise") else "scale_offsets"][i]

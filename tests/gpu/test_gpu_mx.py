@@ -30,9 +30,10 @@ from reference.quant.mx import mx as reference_mx
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 PATH_ENV = "QCONFORM_FAST_PATH"
-fast_mx_module = importlib.import_module("fast.quant.mx")
-e2m1_pairs = fast_mx_module._e2m1_pairs
-e2m1_words = fast_mx_module._e2m1_words
+mx_rounding = importlib.import_module("fast.quant.mx.rounding")
+mx_launch = importlib.import_module("fast.quant.mx.launch")
+e2m1_pairs = mx_rounding.e2m1_pairs
+e2m1_words = mx_rounding.e2m1_words
 
 
 @pytest.fixture(autouse=True)
@@ -114,7 +115,7 @@ def test_every_direction_block_and_layout(usage: str, blocks: str, layout: str) 
 def test_every_tile(monkeypatch: pytest.MonkeyPatch, usage: str) -> None:
     """Every tile the autotuner may pick, on a ragged shape (and an even one), against the reference."""
     rows_of_32 = usage != "rowwise"
-    for tile in fast_mx_module._autotune_configs(rows_of_32):
+    for tile in mx_launch._autotune_configs(rows_of_32):
         monkeypatch.setenv("QCONFORM_MX_TILE", "x".join(str(part) for part in tile if part is not None))
         for shape in ((544, 608), (1024, 1024)) if rows_of_32 else ((555, 608), (1024, 1024)):
             x, values = blocky(shape, seed=6)

@@ -31,13 +31,13 @@ from fast.stochastic import nvfp4 as fast_stochastic
 from reference.dequant.nvfp4 import nvfp4 as reference_dequantize
 from reference.quant.nvfp4 import nvfp4 as reference_nvfp4
 
-quant_module = importlib.import_module("fast.quant.nvfp4")
-e2m1_pairs = quant_module._e2m1_pairs
-e2m1_stochastic = quant_module._e2m1_stochastic
-bfloat16_rne = quant_module._bfloat16_rne
-bfloat16_rne_interpreted = quant_module._bfloat16_rne_interpreted
-e4m3_scale = quant_module._e4m3_scale
-reciprocal = quant_module._reciprocal
+rounding_module = importlib.import_module("fast.quant.nvfp4.rounding")
+e2m1_pairs = rounding_module.e2m1_pairs
+e2m1_stochastic = rounding_module.e2m1_stochastic
+bfloat16_rne = rounding_module.bfloat16_rne
+bfloat16_rne_interpreted = rounding_module._bfloat16_rne_interpreted
+e4m3_scale = rounding_module.e4m3_scale
+reciprocal = rounding_module.reciprocal_rn
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 
@@ -404,11 +404,11 @@ def test_bfloat16_rounding_on_every_float32() -> None:
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_columnwise_on_whole_tiles_runs_the_gluon_kernel(monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype) -> None:
     """Where Triton has Gluon, the columnwise operand alone from 16-bit input on whole 128 x 64 tiles with round to
-    nearest and TE's scale rule is the kernel of ``fast.quant.nvfp4_gluon``: against the reference on every bit
+    nearest and TE's scale rule is the kernel of ``fast.quant.nvfp4.gluon``: against the reference on every bit
     pattern of ``dtype`` (NaN, Inf, subnormals: blocks whose scale rounds to zero) and on blocks spanning 2**+-20,
     under both zero-scale rules, from a computed amax and from given ones (below the data's, NaN, negative).  Other
     settings, float32 and ragged shapes take the Triton kernel."""
-    gluon_module = pytest.importorskip("fast.quant.nvfp4_gluon", exc_type=ImportError)
+    gluon_module = pytest.importorskip("fast.quant.nvfp4.gluon", exc_type=ImportError)
     launches: list[tuple[int, int]] = []
     launch = gluon_module.quantize_columnwise
 

@@ -2,7 +2,7 @@
 
 Contract
 --------
-``quant.fp8_block`` with ``block="1x128"`` and ``usage="both"``, exactly as :mod:`fast.quant.fp8_blockwise`
+``quant.fp8_block`` with ``block="1x128"`` and ``usage="both"``, exactly as :mod:`fast.quant.fp8_block`
 (its module docstring gives the contract and the layouts; this kernel writes the same bytes): per 1x128 block
 of a row and per 128x1 block of a column, ``amax = max|x|`` with NaN ignored, ``fast.quant.fp8.scale_from_amax``,
 ``scale_inv = 1 / scale`` and ``satfinite_rne(fl32(x * scale))``; the columnwise codes stored transposed.  The
@@ -18,22 +18,15 @@ threads ``[8, 1, 4]``, 8 warps ``[2, 1, 4]``; a thread holds 2 such pieces, 64 r
 codes of a thread's row piece are 8 contiguous bytes of ``data``; the columnwise codes of its 4 rows of a
 column are one 4-byte word of ``columnwise_data`` (the same registers seen in the order ``[1, 2, 0]``, a
 register renumbering), so the transposed copy is stored straight from registers, 8 threads of a warp writing
-one 32-byte sector.  The Triton kernel (``fast.quant.fp8_blockwise``) cannot ask for this layout: its
+one 32-byte sector.  The Triton kernel (``fast.quant.fp8_block``) cannot ask for this layout: its
 ``tl.trans`` goes through shared memory, one byte per element.
 
-H100 80GB HBM3, torch 2.11.0+cu130, Triton 3.6.0, 2026-11-27, device time, every output bit-equal to the Triton
-kernel's on random data and on NaN, Inf, zero and all-NaN blocks, huge and tiny values (``scratch/gl_side.py``):
-bfloat16 8192 x 8192 E4M3 0.1030 -> 0.1000 ms, float16 E5M2 0.1034 -> 0.0994, float32 0.1436 -> 0.1418;
-bfloat16 [4096, 14336] 0.0914 -> 0.0891, [16384, 2048] 0.0558 -> 0.0526.  122 registers, 2 programs per SM.
-Other layouts (``scratch/gl_fp8b_bench.py``, bfloat16 8192 x 8192): 4 warps (243 registers) 0.1215 ms; 8 warps
-as ``[4, 1, 2]`` 0.1000; threads ``[16, 1, 2]`` 0.1123-0.1151, ``[32, 1, 1]`` 0.1850; 16 warps 0.1396 (0.1023
-capped at 64 registers); caps that fit 3 programs of 8 warps spill (0.141-0.184 ms).  float32 scales took 144
-registers while ``fast.quant.fp8.scale_from_amax`` divided in float64 (one program per SM: 0.1853 ms against the
-Triton kernel's 0.1187); with its float32 ``div.rn`` they take 125: bfloat16 8192 x 8192 E4M3 0.1024 ms, against
-0.1151 for the Triton kernel with the same division.
+Every output is bit-equal to the Triton kernel's on random data and on NaN, Inf, zero and all-NaN blocks, huge and
+tiny values; the kernel is faster than it on whole tiles, with 2 programs of 8 warps per SM (other warp counts,
+thread layouts and register caps were slower or spilled; ``docs/performance.md``).
 
 Ragged shapes (``M`` or ``K`` not a multiple of 128), every other block and usage, and Triton builds without Gluon
-take the Triton kernel; :mod:`fast.quant.fp8_blockwise` imports this module only for a CUDA launch.
+take the Triton kernel; :mod:`fast.quant.fp8_block` imports this module only for a CUDA launch.
 """
 
 from __future__ import annotations
@@ -46,7 +39,8 @@ from triton.experimental.gluon import language as gl
 
 from fast._triton import LaunchCache, device, float32_bits, gluon_jit, gluon_sm90_ptx, tl
 from fast.quant.fp8 import FORMAT_META, INPUT_IDS, fp8_code, reciprocal, scale_from_amax
-from fast.quant.fp8_blockwise import _RUNTIME_ARGS, TILE
+from fast.quant.fp8_block.kernels import RUNTIME_ARGS
+from fast.quant.fp8_block.shapes import TILE
 
 __all__ = ["quantize_both"]
 
@@ -123,8 +117,8 @@ def _fp8_block_both_kernel(
     gl.store(columnwise_ptr + (col0.to(gl.int64) * M + row0) + c_offsets, column_code)
 
 
-LAUNCHES = LaunchCache(_fp8_block_both_kernel, _RUNTIME_ARGS)
-"""Compiled launches, keyed as ``fast.quant.fp8_blockwise``'s (the same runtime arguments)."""
+LAUNCHES = LaunchCache(_fp8_block_both_kernel, RUNTIME_ARGS)
+"""Compiled launches, keyed as ``fast.quant.fp8_block``'s (the same runtime arguments)."""
 
 
 def _constexprs(format: str, power_2_scale: bool, dtype: torch.dtype) -> dict[str, Any]:
@@ -133,7 +127,7 @@ def _constexprs(format: str, power_2_scale: bool, dtype: torch.dtype) -> dict[st
 
 def quantize_both(x2: torch.Tensor, args: tuple[Any, ...], key: Hashable, rule: dict[str, Any]) -> None:
     """Launch the kernel on ``x2 [M, K]`` (CUDA, multiples of 128, hardware FP8 conversion) with the runtime
-    ``args`` of ``fast.quant.fp8_blockwise``'s kernel (the input, the four outputs, ``M``, ``K``, the two scale
+    ``args`` of ``fast.quant.fp8_block``'s kernel (the input, the four outputs, ``M``, ``K``, the two scale
     strides, ``epsilon`` and ``value_for_inf``) and its ``rule`` (format, power-of-two scales)."""
     if LAUNCHES.launch(key, args):
         return
@@ -145,7 +139,7 @@ def quantize_both(x2: torch.Tensor, args: tuple[Any, ...], key: Hashable, rule: 
 
 
 def sm90_ptx(dtype: str, format: str, power_2_scale: bool) -> str:
-    """The kernel's PTX for sm_90 (an H100) with ``dtype`` input, compiled without a GPU (the CPU tests read it)."""
+    """The kernel's PTX for sm_90 with ``dtype`` input, compiled without a GPU (the CPU tests read it)."""
     x_type = {"float32": "*fp32", "bfloat16": "*bf16", "float16": "*fp16"}[dtype]
     types = {
         "x_ptr": x_type, "data_ptr": "*u8", "scale_inv_ptr": "*fp32", "columnwise_ptr": "*u8",

@@ -6,8 +6,8 @@ Contract
 docstring gives the contract and the layouts; this kernel writes the same bytes): per 16 rows of a column of
 ``x [M, K]`` (a 1x16 block of ``x.T``), the E4M3 block scale of the block's amax under the operand's tensor scales,
 and the E2M1 codes of ``fl32(v * enc)`` rounded to nearest even, packed low nibble first into ``columnwise_data
-[K, M/2]``, the scales into ``columnwise_scales [K, M/16]``.  The tensor scales (``_global_scales``), the block
-amax and scale (``_abs_max``, ``_block_scale``) and the E2M1 rounding (``_e2m1_pairs``) are
+[K, M/2]``, the scales into ``columnwise_scales [K, M/16]``.  The tensor scales (``global_scales``), the block
+amax and scale (``abs_max``, ``block_scale``) and the E2M1 rounding (``e2m1_pairs``) are
 :mod:`fast.quant.nvfp4`'s device functions, bound by ``fast._triton.gluon_jit``: one definition of each for both
 kernels.  The amax comes as there: the largest of the ``n_sources`` int32 bit patterns at ``source_ptr`` (the
 flat amax pass's per-program maxima, or the given amax); program 0 writes the operand's amax and tensor scale.
@@ -15,30 +15,23 @@ flat amax pass's per-program maxima, or the given amax); program 0 writes the op
 Why Gluon
 ---------
 Gluon (``triton.experimental.gluon``, Triton 3.5 and later) is Triton with explicit register layouts.  The Triton
-kernel's columnwise tile leaves each thread the 16 rows of a block of 4 columns, loaded as whole 128-byte lines of
-``x`` (lanes 16 along the columns, 2 along the blocks), but it cannot choose how the transposed codes and scales
-leave: its stores make 2.5 times the rowwise kernel's L2 write requests (ncu, ``docs/performance.md``, 2026-11-27
-sixth session).  Here the same load layout feeds two explicit store layouts, reached by ``gl.convert_layout``
-(through shared memory): 16 contiguous code bytes a thread, 4 lanes a column's 64 bytes of a tile, and 4 scale
-bytes a thread, 2 lanes a column's 8.  Each program is persistent (3 per SM, 168 registers) and loads its next tile
-into registers before it quantizes the current one; tiles are walked in reverse, as the Triton kernels do, so the
-tiles the amax pass kept in L2 come first.
+kernel's columnwise tile leaves each thread the 16 rows of a block of 4 columns, loaded as whole 128-byte lines of ``x``
+(lanes 16 along the columns, 2 along the blocks), but it cannot choose how the transposed codes and scales leave: its
+stores make far more L2 write requests than the rowwise kernel's (``docs/performance.md``).  Here the same load layout
+feeds two explicit store layouts, reached by ``gl.convert_layout`` (through shared memory): 16 contiguous code bytes a
+thread, 4 lanes a column's 64 bytes of a tile, and 4 scale bytes a thread, 2 lanes a column's 8.  Each program is
+persistent (3 per SM) and loads its next tile into registers before it quantizes the current one; tiles are walked in
+reverse, as the Triton kernels do, so the tiles the amax pass kept in L2 come first.
 
-H100 80GB HBM3, torch 2.11.0+cu130, Triton 3.6.0, 2026-11-27 (seventh session), device time, best of 3 alternating
-rounds in one process, every output bit-equal to the Triton kernel's (``docs/bench/2026-11-27g-h100/``): bfloat16
-8192 x 8192 computed amax 0.1121 -> 0.1088 ms, given amax 0.0747 -> 0.0726, zero-scale rule 0.1126 -> 0.1084;
-[4096, 14336] 0.0975 -> 0.0938; [32768, 7168] computed 0.4182 -> 0.4060, given 0.2685 -> 0.2561; float16 8192 x
-8192 level (0.1106 -> 0.1107); [1024, 2048] 0.0097 -> 0.0100.  The ``torchao_cuda`` rule (two divisions a block)
-was slower here (0.1168 -> 0.1212 ms), so the torchao rules keep the Triton kernel.  Prototypes of the sixth
-session: codes stored 16 bytes a column (as the Triton kernel does) 0.1234 ms, scales 2 bytes 0.1235, both 0.1703;
-without the prefetch at 4 programs per SM 0.1162; two or four tiles a step 0.1159-0.1276.
+Every output is bit-equal to the Triton kernel's, and the kernel is faster than it on the shapes it covers
+(``docs/performance.md``).  The ``torchao_cuda`` rule (two divisions a block) was slower here, so the torchao rules
+keep the Triton kernel.
 
 Scope: 16-bit input (bfloat16, float16), round to nearest, the per-tensor amax, TE's scale rule (either zero-scale
 rule), 1x16 blocks, no RHT, ``M`` a multiple of 128 and ``K`` of 64, a computed or given amax
-(``fast.quant.nvfp4._gluon_columnwise``).  Stochastic rounding here (uint8 bits loaded 16 bytes a column a thread)
-was bit-equal but slower than the Triton kernel, by 1-4% at its best (2 programs per SM, 220 registers;
-``docs/performance.md``, seventh session).  Everything else, and Triton builds without Gluon, take the Triton kernel;
-:mod:`fast.quant.nvfp4` imports this module only for a CUDA launch.
+(``fast.quant.nvfp4.launch``'s ``_gluon_columnwise``).  Stochastic rounding here (uint8 bits loaded 16 bytes a column a
+thread) was bit-equal but slower than the Triton kernel.  Everything else, and Triton builds without Gluon, take the
+Triton kernel; :mod:`fast.quant.nvfp4` imports this module only for a CUDA launch.
 """
 
 from __future__ import annotations
@@ -47,7 +40,8 @@ import torch
 from triton.experimental.gluon import language as gl
 
 from fast._triton import device, float32_bits, gluon_jit, gluon_sm90_ptx, tl
-from fast.quant.nvfp4 import _abs_max, _block_scale, _e2m1_pairs, _global_scales
+from fast.quant.nvfp4.rounding import e2m1_pairs
+from fast.quant.nvfp4.tiles import abs_max, block_scale, global_scales
 
 __all__ = ["COLS", "ROWS", "quantize_columnwise", "sm90_ptx"]
 
@@ -57,7 +51,7 @@ COLS = 64
 """Tile columns (16 lanes of 4)."""
 NUM_WARPS = 4
 PROGRAMS_PER_SM = 3
-"""168 registers a thread (the cap of 3 programs of 4 warps; 166 uncapped, Triton 3.6 for sm_90)."""
+"""Persistent programs per SM (the kernel fits the register cap of 3 programs of 4 warps)."""
 
 
 @device
@@ -79,10 +73,10 @@ def _nvfp4_columnwise_kernel(
     # x viewed as [M, K]: M a multiple of 128, K of 64
     M,
     K,
-    INPUT: gl.constexpr,  # 1 bfloat16, 2 float16 (fast.quant.nvfp4._INPUT_DTYPES)
+    INPUT: gl.constexpr,  # 1 bfloat16, 2 float16 (fast.quant.nvfp4.INPUT_DTYPES)
     ZERO_ENC: gl.constexpr,
     SOURCES: gl.constexpr,  # a power of two, at least n_sources and 128
-    STORE_EVICTION: gl.constexpr,  # fast.quant.nvfp4._store_eviction
+    STORE_EVICTION: gl.constexpr,  # fast.quant.nvfp4.store_eviction
 ):
     # [8 (block), 16 (row), 64 (column)]: a thread the 16 rows of a block of 4 columns; lanes 16 along the columns
     # and 2 along the blocks (whole 128-byte lines of x); ``rows_first`` numbers the same registers rows first.
@@ -99,7 +93,7 @@ def _nvfp4_columnwise_kernel(
     i = gl.arange(0, SOURCES, layout=sources_layout)
     # the largest bit pattern, as int32 (a given negative amax is kept: the masked lanes hold the least int32)
     amax_bits = gl.reduce(gl.load(source_ptr + i, mask=i < n_sources, other=-(2**31)), 0, _maximum)
-    tensor_scale, p0, p1 = _global_scales(amax_bits.to(gl.float32, bitcast=True), 0)
+    tensor_scale, p0, p1 = global_scales(amax_bits.to(gl.float32, bitcast=True), 0)
     gl.store(columnwise_tensor_scale_ptr, tensor_scale, mask=gl.program_id(0) == 0)
     gl.store(columnwise_amax_ptr, amax_bits, mask=gl.program_id(0) == 0)
 
@@ -141,15 +135,15 @@ def _nvfp4_columnwise_kernel(
         col0 = (tile % k_tiles) * 64
         _, bits = float32_bits(raw, INPUT)
         values = gl.convert_layout(bits.to(gl.float32, bitcast=True), rows_first)
-        block_amax = _abs_max(values, 1, 0, False)  # [8, 64]
-        code, encode = _block_scale(block_amax, p0, p1, 0, ZERO_ENC)
+        block_amax = abs_max(values, 1, 0, False)  # [8, 64]
+        code, encode = block_scale(block_amax, p0, p1, 0, ZERO_ENC)
         gl.store(
             columnwise_scales_ptr + (col0.to(gl.int64) * sixteenth_m + row0 // 16) + scale_offsets,
             gl.convert_layout(code.to(gl.uint8), scale_layout),
             eviction_policy=STORE_EVICTION,
         )
         low, high = gl.split(gl.permute(gl.reshape(values * gl.expand_dims(encode, 1), [8, 8, 2, 64]), [0, 1, 3, 2]))
-        packed = gl.convert_layout(_e2m1_pairs(low, high), pairs_layout)
+        packed = gl.convert_layout(e2m1_pairs(low, high), pairs_layout)
         gl.store(
             columnwise_data_ptr + (col0.to(gl.int64) * half_m + row0 // 2) + code_offsets,
             gl.convert_layout(gl.reshape(packed, [4, 16, 64]), code_layout),
@@ -166,7 +160,7 @@ def quantize_columnwise(
     constexprs: dict[str, object],
 ) -> None:
     """The quantize pass of the columnwise operand of ``x [M, K]`` (CUDA, bfloat16 or float16, ``M`` a multiple of
-    128 and ``K`` of 64) into ``out``'s ``columnwise_*`` buffers (``fast.quant.nvfp4._outputs``), from the
+    128 and ``K`` of 64) into ``out``'s ``columnwise_*`` buffers (``fast.quant.nvfp4.launch``'s ``_outputs``), from the
     ``n_sources`` int32 amax bit patterns at ``source``; ``constexprs``: the kernel's ``INPUT``, ``ZERO_ENC`` and
     ``STORE_EVICTION``."""
     m, k = x.shape
@@ -191,7 +185,7 @@ def quantize_columnwise(
 
 
 def sm90_ptx(zero_enc: bool, store_eviction: str) -> str:
-    """The kernel's PTX for sm_90 (an H100) with bfloat16 input, specialized as a launch on whole tiles is (pointers
+    """The kernel's PTX for sm_90 with bfloat16 input, specialized as a launch on whole tiles is (pointers
     16-byte aligned, ``M`` and ``K`` multiples of 16), compiled without a GPU (the CPU tests read it)."""
     pointers = {
         "x_ptr": "*bf16", "source_ptr": "*i32", "columnwise_data_ptr": "*u8", "columnwise_scales_ptr": "*u8",
