@@ -319,7 +319,8 @@ def reference_backend() -> Backend:
 
     def run(model: Any, feeds: dict[str, np.ndarray]) -> np.ndarray:
         with np.errstate(all="ignore"):
-            return np.asarray(ReferenceEvaluator(model).run(None, feeds)[0])
+            outputs: Any = ReferenceEvaluator(model).run(None, feeds)  # a list of arrays, whatever its stubs say
+            return np.asarray(outputs[0])
 
     info = {"onnx": onnx.__version__, "opset": str(OPSET), "evaluator": "onnx.reference.ReferenceEvaluator"}
     return Backend("onnx-reference", "cpu", "numpy", _contracts(run), info)
