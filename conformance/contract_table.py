@@ -47,6 +47,10 @@ def source_projects(sources: Iterable[str]) -> list[str]:
     return sorted(found, key=found.__getitem__)
 
 
+SHOWN_VALUES = 5
+"""A param with more values shows the first five (the default first) and how many there are (``qconform show``)."""
+
+
 def _value(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
@@ -58,7 +62,11 @@ def _variant(param: Param) -> str:
         return f"{param.name} {param.range[0]}–{param.range[1]}"
     assert param.values is not None
     values = sorted(param.values, key=lambda v: v != param.default)  # the default first, the rest in spec order
-    return f"{param.name} " + ", ".join(_value(v) for v in values)
+    shown = [_value(v) for v in values[:SHOWN_VALUES]]
+    more = f", … ({len(values)} in all)" if len(values) > SHOWN_VALUES + 1 else ""
+    if not more:
+        shown = [_value(v) for v in values]
+    return f"{param.name} " + ", ".join(shown) + more
 
 
 def _cell(text: str) -> str:

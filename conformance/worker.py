@@ -105,8 +105,13 @@ def _sweep_chunk(backend: Backend, request: Mapping[str, Any]) -> str | None:
 
 
 def _serve(backend_name: str, conn: Connection) -> None:
-    """Child process main loop."""
+    """Child process main loop; it ends quietly when its parent is gone (a stopped run)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C (module docstring)
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError, EOFError):
+        _answer(backend_name, conn)
+
+
+def _answer(backend_name: str, conn: Connection) -> None:
     try:
         backend = load_backend(backend_name)
     except BackendError as exc:  # its message already says "cannot load backend ..."
@@ -119,7 +124,7 @@ def _serve(backend_name: str, conn: Connection) -> None:
     while True:
         try:
             kind, payload = conn.recv()
-        except EOFError:
+        except (EOFError, OSError):  # the parent is gone (a stopped run): nothing to answer
             return
         if kind == "stop":
             return

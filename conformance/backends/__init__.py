@@ -137,6 +137,8 @@ def load_backend(name: str) -> Backend:
             raise BackendError(f"cannot load backend {name!r} ({found[0].value}): {type(exc).__name__}: {exc}") from exc
     try:
         backend = obj if isinstance(obj, Backend) else obj()
+    except BackendError as exc:  # the factory's own word: it names what is missing
+        raise BackendError(f"cannot load backend {name!r}: {exc}") from exc
     except Exception as exc:
         raise BackendError(f"cannot load backend {name!r}: {type(exc).__name__}: {exc}") from exc
     if not isinstance(backend, Backend):
