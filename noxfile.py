@@ -41,8 +41,7 @@ def _print_environment(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Unit, property, meta and conformance tests on CPU (Triton kernels in the interpreter), in up to 4 pytest-xdist
-    workers, each test given to whichever is free (``-- -n 0`` runs them in this process).  On CI's 2 cores the tests
-    took 11.1 minutes so, against 17.3 in one process (2026-11-27)."""
+    workers, each test given to whichever is free (``-- -n 0`` runs them in this process)."""
     _install(session, "test", "cuda", "onnx")  # onnx: the onnx-reference, onnxruntime and ml_dtypes backends' tests
     session.install(TORCHAO)  # the optional torchao backend's adapter is checked against this release
     _print_environment(session)

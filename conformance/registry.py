@@ -329,9 +329,12 @@ def _load_text(path: Path, text: str) -> Spec:
     raw = _cached_parse(sha256)
     if raw is None:
         try:
-            tree = yaml.compose(text, Loader=_LOADER)
-            _refuse_alias_bombs(path, tree)
-            raw = yaml.constructor.SafeConstructor().construct_document(tree) if tree is not None else None
+            if "&" in text:  # anchors, so maybe aliases: count what they expand to before building anything
+                tree = yaml.compose(text, Loader=_LOADER)
+                _refuse_alias_bombs(path, tree)
+                raw = yaml.constructor.SafeConstructor().construct_document(tree) if tree is not None else None
+            else:  # no anchor, no alias: one pass of libyaml
+                raw = yaml.load(text, Loader=_LOADER)
         except yaml.YAMLError as exc:
             raise SpecError(f"{path}: not valid YAML: {exc}") from None
         if not isinstance(raw, dict):

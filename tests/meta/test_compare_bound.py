@@ -8,7 +8,7 @@ must flag; an accumulator of the input dtype (bfloat16) must fall outside the bo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +125,9 @@ class Planted:
         self, contract: str, inputs: Mapping[str, np.ndarray], dtypes: Mapping[str, str], params: Mapping[str, Any]
     ) -> CallOutcome:
         return CallOutcome("ok", {k: np.asarray(v) for k, v in self.fn(**inputs, **params).items()})
+
+    def submit(self, contract: str, requests: Sequence[Any]) -> Callable[[], list[CallOutcome]]:
+        return lambda: [self.call(contract, *request) for request in requests]
 
     def sweep_chunk(self, contract: str, params: Mapping[str, Any], start: int, count: int, shm: str) -> str | None:
         raise NotImplementedError
