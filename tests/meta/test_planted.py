@@ -72,7 +72,8 @@ def test_crashing_backend_is_recorded_and_the_run_goes_on():
 
 
 def test_hanging_backend_times_out_and_the_run_goes_on():
-    results = _run("conformance.planted:hangs", "*.fp8", isolated=True, timeout=2.0)
+    # one format: each hanging row costs the timeout and a worker restart
+    results = _run("conformance.planted:hangs", "*.fp8", isolated=True, timeout=2.0, where="format == 'float8_e5m2'")
     cast_rows = [
         r for r in results if r.contract == "cast.fp8" and r.kind == "conformance" and r.params["rounding"] == "rne"
     ]
