@@ -4,9 +4,10 @@ For each contract and each combination of its finite parameters the runner
 
 1. runs the spec's regression ``examples`` (checking the reference against ``expect``),
 2. runs every boundary case (``strategies.boundary_cases``),
-3. runs ``profile`` many hypothesis cases, seeded from ``--seed`` and the combination id,
-   letting hypothesis shrink the first failure to a minimal counterexample (with profile
-   ``exhaustive``, casts sweep all 2^32 float32 inputs instead; see ``exhaustive.py``),
+3. runs ``profile`` many hypothesis cases, seeded from ``--seed`` and the combination id, up to
+   16 to a hypothesis example (``cases_per_example``; one backend batch each), letting hypothesis
+   shrink the first failing example to a minimal counterexample (with profile ``exhaustive``,
+   casts sweep all 2^32 float32 inputs instead; see ``exhaustive.py``),
 
 and stops the combination at its first failure.  A failure on an elementwise contract is
 minimized further to the offending elements alone.  Invalid-input checks form one extra
