@@ -34,7 +34,7 @@ import numpy as np
 
 from conformance.carriers import bits_to_carrier, carrier_to_bits, get_dtype
 from conformance.expr import evaluate
-from reference.formats import FORMATS
+from conformance.formats import FORMATS
 
 __all__ = ["TOLERANCE_KINDS", "Mismatch", "compare_outputs", "format_bits", "tolerance_usage"]
 

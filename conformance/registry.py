@@ -39,8 +39,8 @@ import yaml
 from conformance.carriers import DTYPES
 from conformance.errors import SpecError
 from conformance.expr import check_expression, evaluate, names_in
+from conformance.formats import FORMATS
 from conformance.values import INTEGER_CODE_BITS
-from reference.formats import FORMATS
 
 __all__ = ["Param", "Spec", "default_spec_dir", "load_spec", "load_specs"]
 

@@ -22,7 +22,7 @@ import hypothesis.strategies as st
 import numpy as np
 
 from conformance.carriers import bits_to_carrier, get_dtype, round_to_bfloat16
-from reference.formats import FORMATS, FloatFormat
+from conformance.formats import FORMATS, FormatTraits
 
 __all__ = [
     "apply_block_class",
@@ -47,7 +47,7 @@ float inputs, ``codes`` are the format's integers and ``midpoints`` the ties k +
 
 
 def _code_bits(fmt: str) -> int:
-    """Width of the codes of ``fmt``: a float format of ``reference.formats`` or an integer format."""
+    """Width of the codes of ``fmt``: a float format of ``specs/formats.json`` or an integer format."""
     return INTEGER_CODE_BITS[fmt] if fmt in INTEGER_CODE_BITS else FORMATS[fmt].bits
 
 
@@ -94,7 +94,7 @@ def _with_neighbours(bits: np.ndarray, dtype: str) -> np.ndarray:
     return np.concatenate(out).astype(get_dtype(dtype).bit_dtype)
 
 
-def _special_values(dtype: str, fmt: FloatFormat | None) -> np.ndarray:
+def _special_values(dtype: str, fmt: FormatTraits | None) -> np.ndarray:
     exp_bits, man_bits = _FLOAT_LAYOUT[dtype]
     width = 1 + exp_bits + man_bits
     sign = 1 << (width - 1)
@@ -118,7 +118,7 @@ def _special_values(dtype: str, fmt: FloatFormat | None) -> np.ndarray:
     return np.concatenate([bits, _with_neighbours(_float_bits(values, dtype), dtype)])
 
 
-def _format_of(vc: Mapping[str, Any], name: str) -> FloatFormat:
+def _format_of(vc: Mapping[str, Any], name: str) -> FormatTraits:
     if "format" not in vc:
         raise ValueError(f"value class {name!r} needs a format")
     return FORMATS[vc["format"]]
@@ -134,12 +134,12 @@ def _integer_values(fmt: str, midpoints: bool) -> np.ndarray:
     return np.arange(low, high + 1, dtype=np.float64)
 
 
-def _codes_values(fmt: FloatFormat) -> np.ndarray:
+def _codes_values(fmt: FormatTraits) -> np.ndarray:
     mags = fmt.finite_magnitudes
     return np.concatenate([mags, -mags]) if fmt.signed else mags
 
 
-def _midpoint_values(fmt: FloatFormat) -> np.ndarray:
+def _midpoint_values(fmt: FormatTraits) -> np.ndarray:
     mags = fmt.finite_magnitudes
     mids = (mags[:-1] + mags[1:]) / 2
     extra = [mags[-1] + (mags[-1] - mags[-2]) / 2] if len(mags) > 1 else []  # the overflow boundary

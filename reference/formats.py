@@ -1,8 +1,10 @@
 """The traits table: every scalar format qconform knows, declared once.
 
 Each format is a row of bit-field facts (exponent and mantissa widths, bias, what the
-all-ones exponent means).  Everything else -- the largest finite value, the smallest
-subnormal, the value of every code -- is derived from those facts, never typed in.
+all-ones exponent means), read from ``specs/formats.json``: the one declaration, which the
+engine reads too (JSON because this package may use only NumPy and the standard library).
+Everything else -- the largest finite value, the smallest subnormal, the value of every
+code -- is derived from those facts, never typed in.
 
 Sources
 -------
@@ -17,14 +19,16 @@ Sources
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["FORMATS", "FloatFormat", "NanEncoding", "get_format"]
+__all__ = ["FORMATS", "FloatFormat", "NanEncoding", "get_format", "load_formats"]
 
 NanEncoding = Literal["ieee", "fn", "fnuz", "all_ones", "none"]
 """What the codes with an all-ones exponent (or the code 0x80) mean.
@@ -160,22 +164,58 @@ class FloatFormat:
         return math.ldexp(1.0, 1 - self.bias - self.mantissa_bits)
 
 
-FORMATS: dict[str, FloatFormat] = {
-    f.name: f
-    for f in (
-        FloatFormat("float8_e4m3fn", 4, 3, 7, "fn"),
-        FloatFormat("float8_e5m2", 5, 2, 15, "ieee"),
-        FloatFormat("float8_e4m3fnuz", 4, 3, 8, "fnuz"),
-        FloatFormat("float8_e5m2fnuz", 5, 2, 16, "fnuz"),
-        FloatFormat("float6_e2m3fn", 2, 3, 1, "none"),
-        FloatFormat("float6_e3m2fn", 3, 2, 3, "none"),
-        FloatFormat("float4_e2m1fn", 2, 1, 1, "none"),
-        FloatFormat("float8_e8m0fnu", 8, 0, 127, "all_ones", signed=False, has_subnormals=False),
-        FloatFormat("float16", 5, 10, 15, "ieee"),
-        FloatFormat("bfloat16", 8, 7, 127, "ieee"),
-        FloatFormat("float32", 8, 23, 127, "ieee"),
-    )
+FORMATS_FILE = "formats.json"
+"""The traits table's data file: ``specs/formats.json`` in the source tree, ``reference/formats.json`` in the
+wheel (``pyproject.toml`` force-includes it).  The engine's ``conformance/formats.py`` reads the same file."""
+
+_FIELDS = {
+    "name": str,
+    "exponent_bits": int,
+    "mantissa_bits": int,
+    "bias": int,
+    "nan": str,
+    "signed": bool,
+    "has_subnormals": bool,
 }
+_NAN_ENCODINGS = ("ieee", "fn", "fnuz", "all_ones", "none")
+
+
+def _formats_path() -> Path:
+    here = Path(__file__).resolve().parent
+    for candidate in (here / FORMATS_FILE, here.parent / "specs" / FORMATS_FILE):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"no {FORMATS_FILE} next to the reference package or in specs/")
+
+
+def _row(entry: dict[str, Any], where: str) -> FloatFormat:
+    """One ``FloatFormat`` from one entry of the data file, every field present and of its type."""
+    missing = [k for k in _FIELDS if k not in entry]
+    if missing:
+        raise ValueError(f"Got {where} without {missing}, but every format declares {list(_FIELDS)}")
+    for key, kind in _FIELDS.items():
+        value = entry[key]
+        if type(value) is not kind:  # bool is an int subclass: compare the exact type
+            raise ValueError(f"Got {where}.{key}={value!r}, but {key} must be a {kind.__name__}")
+    if entry["nan"] not in _NAN_ENCODINGS:
+        raise ValueError(f"Got {where}.nan={entry['nan']!r}, but nan must be one of {_NAN_ENCODINGS}")
+    return FloatFormat(**{k: entry[k] for k in _FIELDS})
+
+
+def load_formats(path: Path | None = None) -> dict[str, FloatFormat]:
+    """Every format of the data file (``specs/formats.json`` unless ``path``), by name, in file order."""
+    path = path or _formats_path()
+    entries = json.loads(path.read_text())["formats"]
+    table: dict[str, FloatFormat] = {}
+    for i, entry in enumerate(entries):
+        fmt = _row(entry, f"{path.name}: formats[{i}]")
+        if fmt.name in table:
+            raise ValueError(f"Got format {fmt.name!r} twice in {path.name}, but each format is declared once")
+        table[fmt.name] = fmt
+    return table
+
+
+FORMATS: dict[str, FloatFormat] = load_formats()
 
 
 def get_format(name: str) -> FloatFormat:

@@ -29,7 +29,7 @@ def test_run_writes_three_reports_that_match_the_schema(tmp_path, capsys):
 
 
 def test_failing_run_exits_1_and_its_replay_reproduces_the_failure(tmp_path, capsys):
-    backend = "conformance.planted:negative_zero_flushed"
+    backend = "conformance.plugins.planted:negative_zero_flushed"
     args = [
         "run",
         "--backend",

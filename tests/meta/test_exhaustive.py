@@ -27,7 +27,7 @@ def test_reference_agrees_with_itself_on_a_slice():
 
 def test_sweep_finds_and_reports_planted_bug():
     # patterns from 0x43000000 (128.0) hold the e4m3fn midpoint 136, a tie that goes to even 128
-    count, case, message = _sweep("conformance.planted:ties_away", first=0x43000000)
+    count, case, message = _sweep("conformance.plugins.planted:ties_away", first=0x43000000)
     assert count > 0 and case is not None, message
     assert message.endswith("float32 patterns differ")
     assert 0x43080000 in case.inputs["x"].bits.tolist()

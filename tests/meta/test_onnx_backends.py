@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from conformance.backends import load_backend
-from conformance.backends import onnx_backend as ob
 from conformance.errors import BackendError
+from conformance.plugins import onnx_ops as ob
 from conformance.registry import load_specs
 from conformance.runner import Runner
 from conformance.worker import InProcessBackend

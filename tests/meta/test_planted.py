@@ -46,7 +46,7 @@ def test_reference_conforms_to_itself(contract):
     ],
 )
 def test_planted_bug_is_caught_with_a_small_counterexample(planted, pattern, expect_in_message):
-    results = [r for r in _run(f"conformance.planted:{planted}", pattern) if r.kind == "conformance"]
+    results = [r for r in _run(f"conformance.plugins.planted:{planted}", pattern) if r.kind == "conformance"]
     failed = [r for r in results if r.status == "fail"]
     assert failed, f"{planted} was not caught: {[(r.id, r.status) for r in results]}"
     assert any(expect_in_message in r.message for r in failed), [r.message for r in failed]
@@ -62,7 +62,7 @@ def test_planted_bug_is_caught_with_a_small_counterexample(planted, pattern, exp
 
 
 def test_crashing_backend_is_recorded_and_the_run_goes_on():
-    results = _run("conformance.planted:crashes", "cast.fp8", isolated=True)
+    results = _run("conformance.plugins.planted:crashes", "cast.fp8", isolated=True)
     rows = {r.id: r for r in results}
     crashed = [r for r in results if r.status == "crashed"]
     assert crashed and all("crash" in r.message and "exit code 139" in r.message for r in crashed)
@@ -73,7 +73,9 @@ def test_crashing_backend_is_recorded_and_the_run_goes_on():
 
 def test_hanging_backend_times_out_and_the_run_goes_on():
     # one format: each hanging row costs the timeout and a worker restart
-    results = _run("conformance.planted:hangs", "*.fp8", isolated=True, timeout=2.0, where="format == 'float8_e5m2'")
+    results = _run(
+        "conformance.plugins.planted:hangs", "*.fp8", isolated=True, timeout=2.0, where="format == 'float8_e5m2'"
+    )
     cast_rows = [
         r for r in results if r.contract == "cast.fp8" and r.kind == "conformance" and r.params["rounding"] == "rne"
     ]

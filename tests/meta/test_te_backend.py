@@ -21,9 +21,9 @@ import pytest
 import torch
 
 import conformance.backends as backends_module
-from conformance.backends import te_backend
 from conformance.cli import main
 from conformance.errors import BackendError
+from conformance.plugins import te_ops
 from reference.layout import scale_swizzle, scale_unswizzle
 
 ROOT = Path(__file__).parents[2]
@@ -56,7 +56,7 @@ class _Fake:
         te = types.ModuleType("transformer_engine.pytorch")
         te.DType = types.SimpleNamespace(kFloat8E4M3="E4M3", kFloat8E5M2="E5M2", kFloat4E2M1="E2M1")
         te.get_device_compute_capability = lambda: gpu["arch"]
-        for key, name in te_backend._CHECKS.items():
+        for key, name in te_ops._CHECKS.items():
             setattr(te, name, (lambda k: lambda return_reason=False: gpu[k] if return_reason else gpu[k][0])(key))
 
         class Quantizer:
@@ -74,7 +74,7 @@ class _Fake:
             def quantize(self, x):
                 data = torch.arange(x.numel(), dtype=torch.uint8).reshape(x.shape)
                 keep_data = self.rowwise or fake.non_tn
-                transpose = te_backend._transposed(data) if self.columnwise and not fake.non_tn else None
+                transpose = te_ops._transposed(data) if self.columnwise and not fake.non_tn else None
                 return types.SimpleNamespace(
                     _data=data if keep_data else None, _transpose=transpose, _scale_inv=torch.tensor([0.25])
                 )
@@ -219,12 +219,12 @@ def _call(backend, contract: str, **kwargs):
 
 
 def test_importing_the_module_imports_neither_torch_nor_te():
-    code = "import sys, conformance.backends.te_backend; print(sorted(m for m in ('torch', 'transformer_engine') if m in sys.modules))"  # noqa: E501
+    code = "import sys, conformance.plugins.te_ops; print(sorted(m for m in ('torch', 'transformer_engine') if m in sys.modules))"  # noqa: E501
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
-@pytest.mark.parametrize("build", [te_backend.backend, te_backend.direct_backend])
+@pytest.mark.parametrize("build", [te_ops.backend, te_ops.direct_backend])
 def test_without_te_building_raises_backend_error_with_the_reason(monkeypatch, build):
     monkeypatch.setitem(sys.modules, "transformer_engine", None)  # import fails as when TE is absent
     with pytest.raises(
@@ -236,8 +236,8 @@ def test_without_te_building_raises_backend_error_with_the_reason(monkeypatch, b
 def test_qconform_backends_lists_te_as_unavailable_and_run_is_a_usage_error(monkeypatch, capsys, tmp_path):
     monkeypatch.setitem(sys.modules, "transformer_engine", None)
     points = [
-        EntryPoint("te", "conformance.backends.te_backend:backend", backends_module.ENTRY_POINT_GROUP),
-        EntryPoint("te-direct", "conformance.backends.te_backend:direct_backend", backends_module.ENTRY_POINT_GROUP),
+        EntryPoint("te", "conformance.plugins.te_ops:backend", backends_module.ENTRY_POINT_GROUP),
+        EntryPoint("te-direct", "conformance.plugins.te_ops:direct_backend", backends_module.ENTRY_POINT_GROUP),
     ]
     monkeypatch.setattr(backends_module, "entry_points", lambda group: points)
     assert main(["backends"]) == 0
@@ -252,11 +252,11 @@ def test_qconform_backends_lists_te_as_unavailable_and_run_is_a_usage_error(monk
 
 def test_the_info_records_version_arch_and_te_s_verdicts(fake_te):
     fake_te(H200)
-    backend = te_backend.backend()
+    backend = te_ops.backend()
     assert backend.name == "te" and backend.device == "cuda" and backend.array_kind == "torch"
     assert backend.info["transformer_engine"] == "2.20.2" and backend.info["sm"] == "90"
     assert backend.info["nvfp4_available"].startswith("no: Device compute capability 10.0")
-    assert te_backend.direct_backend().info["availability_checks"] == "bypassed"
+    assert te_ops.direct_backend().info["availability_checks"] == "bypassed"
 
 
 # ---- supports(): per architecture and version ---------------------------------------------------------
@@ -291,7 +291,7 @@ FP8T = {
 
 def test_on_sm90_te_reports_mxfp8_and_nvfp4_n_i_with_te_s_reason_and_te_direct_claims_them(fake_te):
     fake_te(H200)
-    te, direct = te_backend.backend(), te_backend.direct_backend()
+    te, direct = te_ops.backend(), te_ops.direct_backend()
     for contract, params in (("quant.mx", MX), ("quant.nvfp4", NVFP4), ("dequant.nvfp4", {"scale_rule": "te"})):
         reason = te.unsupported_reason(contract, params)
         assert reason is not None and "sm_90" in reason and "compute capability 10.0 or higher" in reason
@@ -302,7 +302,7 @@ def test_on_sm90_te_reports_mxfp8_and_nvfp4_n_i_with_te_s_reason_and_te_direct_c
 
 def test_on_sm100_te_claims_mxfp8_and_nvfp4(fake_te):
     fake_te(B200)
-    te = te_backend.backend()
+    te = te_ops.backend()
     assert te.unsupported_reason("quant.mx", MX) is None
     assert te.unsupported_reason("quant.nvfp4", NVFP4) is None
 
@@ -323,11 +323,11 @@ def test_on_sm100_te_claims_mxfp8_and_nvfp4(fake_te):
 )
 def test_values_te_does_not_implement_are_n_i_in_both_backends(fake_te, contract, base, change, words):
     fake_te(B200)
-    for backend in (te_backend.backend(), te_backend.direct_backend()):
+    for backend in (te_ops.backend(), te_ops.direct_backend()):
         reason = backend.unsupported_reason(contract, {**base, **change})
         assert reason is not None and words in reason
     if change:
-        assert te_backend.backend().unsupported_reason(contract, base) is None
+        assert te_ops.backend().unsupported_reason(contract, base) is None
 
 
 @pytest.mark.parametrize("usage", ["rowwise", "both"])
@@ -335,17 +335,17 @@ def test_row_scaled_nvfp4_is_claimed_rowwise_and_with_the_columnwise_copy(fake_t
     # TE 2.20.2 quantizes the columnwise copy of a row-scaled tensor for bf16 and dims % 32 (dispatch/quantize.cuh)
     fake_te(B200)
     assert (
-        te_backend.backend().unsupported_reason("quant.nvfp4", {**NVFP4, "amax_scope": "row", "usage": usage}) is None
+        te_ops.backend().unsupported_reason("quant.nvfp4", {**NVFP4, "amax_scope": "row", "usage": usage}) is None
     )
 
 
 def test_versions_before_the_modelled_api_are_n_i(fake_te):
     fake_te(B200, version="2.16.0")
-    te = te_backend.direct_backend()
+    te = te_ops.direct_backend()
     assert "predates" in te.unsupported_reason("quant.fp8_tensor", FP8T)
     assert "predates" in te.unsupported_reason("glu.interleave", {"block_size": 4})
     fake_te(B200, version="2.18.0")
-    te = te_backend.backend()
+    te = te_ops.backend()
     assert "2.19" in te.unsupported_reason("quant.mx", {**MX, "blocks": "2d"})
     assert te.unsupported_reason("quant.mx", MX) is None
 
@@ -353,7 +353,7 @@ def test_versions_before_the_modelled_api_are_n_i(fake_te):
 def test_missing_availability_check_counts_as_unavailable(fake_te, monkeypatch):
     fake = fake_te(B200)
     monkeypatch.delattr(fake.modules["transformer_engine.pytorch"], "is_nvfp4_available")
-    assert "has no is_nvfp4_available" in te_backend.backend().unsupported_reason("quant.nvfp4", NVFP4)
+    assert "has no is_nvfp4_available" in te_ops.backend().unsupported_reason("quant.nvfp4", NVFP4)
 
 
 # ---- parameter mapping ---------------------------------------------------------------------------------
@@ -366,7 +366,7 @@ def test_fp8_tensor_maps_to_current_scaling_and_te_s_amax_and_scale_kernels(fake
     fake = fake_te(H200)
     x = torch.tensor([[1.0, -8.0, 2.0], [0.5, 4.0, -1.0]])
     params = {**FP8T, "format": "float8_e5m2", "power_2_scale": True, "epsilon": 1e-4, "usage": usage}
-    out = _call(te_backend.backend(), "quant.fp8_tensor", x=x, **params)
+    out = _call(te_ops.backend(), "quant.fp8_tensor", x=x, **params)
     (ctor,) = fake.named("Float8CurrentScalingQuantizer")
     assert ctor["args"] == ("E5M2", x.device)
     assert (ctor["rowwise"], ctor["columnwise"]) == (rowwise, columnwise)
@@ -376,14 +376,14 @@ def test_fp8_tensor_maps_to_current_scaling_and_te_s_amax_and_scale_kernels(fake
     assert float(out["amax"]) == 8.0 and float(out["scale"]) == 57344.0 / 8 and float(out["scale_inv"]) == 0.25
     assert ("data" in out) == rowwise and ("columnwise_data" in out) == columnwise
     if columnwise:
-        expected = te_backend._transposed(torch.arange(6, dtype=torch.uint8).reshape(2, 3))
+        expected = te_ops._transposed(torch.arange(6, dtype=torch.uint8).reshape(2, 3))
         assert torch.equal(out["columnwise_data"], expected)
 
 
 def test_fp8_tensor_on_a_non_tn_gpu_transposes_te_s_single_copy(fake_te):
     fake_te(B200, non_tn=True)  # Blackwell: TE keeps _data and no _transpose
     x = torch.ones(2, 3, 5)
-    out = _call(te_backend.backend(), "quant.fp8_tensor", x=x, **{**FP8T, "usage": "columnwise"})
+    out = _call(te_ops.backend(), "quant.fp8_tensor", x=x, **{**FP8T, "usage": "columnwise"})
     data = torch.arange(30, dtype=torch.uint8).reshape(2, 3, 5)
     assert out["columnwise_data"].shape == (5, 2, 3)
     assert torch.equal(out["columnwise_data"], data.reshape(6, 5).t().reshape(5, 2, 3))
@@ -401,7 +401,7 @@ def test_fp8_delayed_records_into_history_0_and_runs_the_fused_update(fake_te):
         "margin": 2,
     }
     out = _call(
-        te_backend.backend(), "quant.fp8_delayed", x=x, amax_history=history, scale=torch.tensor([2.0]), **params
+        te_ops.backend(), "quant.fp8_delayed", x=x, amax_history=history, scale=torch.tensor([2.0]), **params
     )
     cast, record = fake.named("Float8Quantizer")
     assert float(cast["args"][1]) == 3.0  # the zeroed amax, maxed with 3 by the (fake) kernel: the amax output
@@ -426,7 +426,7 @@ def test_fp8_block_maps_block_pow2_epsilon_and_passes_the_gemm_ready_buffers(fak
         "epsilon": 1e-4,
         "usage": "both",
     }
-    out = _call(te_backend.backend(), "quant.fp8_block", x=x, **params)
+    out = _call(te_ops.backend(), "quant.fp8_block", x=x, **params)
     (ctor,) = fake.named("Float8BlockQuantizer")
     assert ctor["args"] == ("E4M3",) and ctor["block_scaling_dim"] == dim
     assert ctor["force_pow_2_scales"] is False and ctor["amax_epsilon"] == 1e-4
@@ -439,7 +439,7 @@ def test_fp8_block_maps_block_pow2_epsilon_and_passes_the_gemm_ready_buffers(fak
 def test_mx_scales_come_out_in_the_requested_layout(fake_te, te_swizzles, layout):
     fake = fake_te(B200, swizzled=te_swizzles)
     x = torch.ones(64, 160)
-    out = _call(te_backend.backend(), "quant.mx", x=x, **{**MX, "blocks": "2d", "scale_layout": layout})
+    out = _call(te_ops.backend(), "quant.mx", x=x, **{**MX, "blocks": "2d", "scale_layout": layout})
     (ctor,) = fake.named("MXFP8Quantizer")
     assert ctor["args"] == ("E4M3",) and ctor["with_2d_quantization"] is True
     row, col = _positions(128, 8).numpy(), _positions(4, 256).numpy()  # TE's padded compact buffers
@@ -453,7 +453,7 @@ def test_mx_scales_come_out_in_the_requested_layout(fake_te, te_swizzles, layout
 
 def test_mx_1d_does_not_pass_with_2d_quantization(fake_te):
     fake = fake_te(B200)
-    _call(te_backend.backend(), "quant.mx", x=torch.ones(32, 32), **{**MX, "usage": "rowwise"})
+    _call(te_ops.backend(), "quant.mx", x=torch.ones(32, 32), **{**MX, "usage": "rowwise"})
     (ctor,) = fake.named("MXFP8Quantizer")
     assert "with_2d_quantization" not in ctor and (ctor["rowwise"], ctor["columnwise"]) == (True, False)
 
@@ -462,7 +462,7 @@ def test_mx_1d_does_not_pass_with_2d_quantization(fake_te):
 def test_nvfp4_cuts_te_s_padded_scales_to_the_compact_matrix(fake_te, te_swizzles):
     fake = fake_te(B200, swizzled=te_swizzles)
     x = torch.ones(32, 48)
-    out = _call(te_backend.backend(), "quant.nvfp4", x=x, **{**NVFP4, "block": "16x16", "rht": True})
+    out = _call(te_ops.backend(), "quant.nvfp4", x=x, **{**NVFP4, "block": "16x16", "rht": True})
     (ctor,) = fake.named("NVFP4Quantizer")
     assert ctor["with_rht"] is True and ctor["with_post_rht_amax"] is True
     assert ctor["with_2d_quantization"] is True and ctor["row_scaled_nvfp4"] is False
@@ -477,13 +477,13 @@ def test_nvfp4_given_amax_goes_through_quantize_with_amax_and_row_scaling_maps(f
     x = torch.ones(16, 32)
     amax = torch.tensor([5376.0])
     out = _call(
-        te_backend.backend(), "quant.nvfp4", x=x, amax=amax, **{**NVFP4, "usage": "rowwise", "amax_source": "given"}
+        te_ops.backend(), "quant.nvfp4", x=x, amax=amax, **{**NVFP4, "usage": "rowwise", "amax_source": "given"}
     )
     (given,) = fake.named("nvfp4_quantize_with_amax")
     assert float(given["args"][2]) == 5376.0 and given["args"][2] is not amax  # a copy: TE may write it
     assert out["amax"].tolist() == [5376.0] and out["tensor_scale"].tolist() == [2.0]
     assert set(out) == {"data", "scales", "amax", "tensor_scale"}
-    out = _call(te_backend.backend(), "quant.nvfp4", x=x, **{**NVFP4, "usage": "rowwise", "amax_scope": "row"})
+    out = _call(te_ops.backend(), "quant.nvfp4", x=x, **{**NVFP4, "usage": "rowwise", "amax_scope": "row"})
     assert fake.named("NVFP4Quantizer")[-1]["row_scaled_nvfp4"] is True
     assert out["amax"].shape == (16,) and out["tensor_scale"].shape == (16,)
 
@@ -496,7 +496,7 @@ def test_dequant_nvfp4_puts_compact_scales_into_te_s_zero_padded_buffer(fake_te)
     scales = torch.full((3, 2), 0x38, dtype=torch.uint8)
     data, amax = torch.zeros(3, 16, dtype=torch.uint8), torch.tensor([1.0, 2.0, 3.0])
     out = _call(
-        te_backend.backend(),
+        te_ops.backend(),
         "dequant.nvfp4",
         data=data,
         scales=scales,
@@ -520,7 +520,7 @@ def test_dequant_nvfp4_puts_compact_scales_into_te_s_zero_padded_buffer(fake_te)
 def test_dequant_block_and_mx_place_the_buffers_by_operand(fake_te, operand):
     fake = fake_te(B200)
     data, scale = torch.zeros(4, 4, dtype=torch.uint8), torch.ones(1, 4)
-    te = te_backend.backend()
+    te = te_ops.backend()
     _call(
         te,
         "dequant.fp8_block",
@@ -546,7 +546,7 @@ def test_dequant_fp8_tensor_builds_float8_storage(fake_te):
     fake = fake_te(H200)
     data, scale_inv = torch.zeros(3, dtype=torch.uint8), torch.tensor([2.0])
     _call(
-        te_backend.backend(),
+        te_ops.backend(),
         "dequant.fp8_tensor",
         data=data,
         scale_inv=scale_inv,
@@ -560,7 +560,7 @@ def test_dequant_fp8_tensor_builds_float8_storage(fake_te):
 @pytest.mark.parametrize("direction", ["interleave", "deinterleave"])
 def test_glu_contracts_call_te_s_helpers_and_grouped_goes_member_by_member(fake_te, direction):
     fake_te(H200)
-    te = te_backend.backend()
+    te = te_ops.backend()
     w = torch.arange(3 * 8 * 2).reshape(3, 8, 2)
     out = _call(te, "glu.interleave_grouped", w=w, direction=direction, block_size=2)["out"]
     w0 = torch.arange(8)
@@ -580,7 +580,7 @@ def test_glu_contracts_call_te_s_helpers_and_grouped_goes_member_by_member(fake_
 @pytest.mark.parametrize("shape", [(128, 4), (256, 8), (128, 12)])
 def test_swizzle_helpers_match_reference_layout(shape):
     compact = np.random.default_rng(0).integers(0, 256, size=shape, dtype=np.uint8)
-    swizzled = te_backend.swizzle_scales(torch.from_numpy(compact)).numpy()
+    swizzled = te_ops.swizzle_scales(torch.from_numpy(compact)).numpy()
     assert np.array_equal(swizzled, scale_swizzle(compact)["swizzled"])
-    back = te_backend.unswizzle_scales(torch.from_numpy(swizzled)).numpy()
+    back = te_ops.unswizzle_scales(torch.from_numpy(swizzled)).numpy()
     assert np.array_equal(back, scale_unswizzle(swizzled)["scale"]) and np.array_equal(back, compact)

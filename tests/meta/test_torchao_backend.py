@@ -6,12 +6,12 @@ from importlib.metadata import version
 
 import pytest
 
-from conformance.backends.torchao_backend import mx_edges_variant
+from conformance.plugins.torchao_ops import mx_edges_variant
 from conformance.registry import load_specs
 from conformance.runner import Runner
 from conformance.worker import InProcessBackend
 
-TORCHAO = "conformance.backends.torchao_backend:backend"
+TORCHAO = "conformance.plugins.torchao_ops:backend"
 
 
 def test_each_torchao_version_claims_its_mx_edge_variant():

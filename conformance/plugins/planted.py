@@ -5,7 +5,7 @@ misbehaves as a process (crashes, hangs).  ``tests/meta`` asserts that a ``smoke
 flags every one of them with a shrunk counterexample; anyone can check an installation
 the same way::
 
-    qconform run --backend conformance.planted:ties_away --spec cast.fp8 --profile smoke
+    qconform run --backend conformance.plugins.planted:ties_away --spec cast.fp8 --profile smoke
 """
 
 from __future__ import annotations
