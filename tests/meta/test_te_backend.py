@@ -334,9 +334,7 @@ def test_values_te_does_not_implement_are_n_i_in_both_backends(fake_te, contract
 def test_row_scaled_nvfp4_is_claimed_rowwise_and_with_the_columnwise_copy(fake_te, usage):
     # TE 2.20.2 quantizes the columnwise copy of a row-scaled tensor for bf16 and dims % 32 (dispatch/quantize.cuh)
     fake_te(B200)
-    assert (
-        te_ops.backend().unsupported_reason("quant.nvfp4", {**NVFP4, "amax_scope": "row", "usage": usage}) is None
-    )
+    assert te_ops.backend().unsupported_reason("quant.nvfp4", {**NVFP4, "amax_scope": "row", "usage": usage}) is None
 
 
 def test_versions_before_the_modelled_api_are_n_i(fake_te):
@@ -400,9 +398,7 @@ def test_fp8_delayed_records_into_history_0_and_runs_the_fused_update(fake_te):
         "usage": "both",
         "margin": 2,
     }
-    out = _call(
-        te_ops.backend(), "quant.fp8_delayed", x=x, amax_history=history, scale=torch.tensor([2.0]), **params
-    )
+    out = _call(te_ops.backend(), "quant.fp8_delayed", x=x, amax_history=history, scale=torch.tensor([2.0]), **params)
     cast, record = fake.named("Float8Quantizer")
     assert float(cast["args"][1]) == 3.0  # the zeroed amax, maxed with 3 by the (fake) kernel: the amax output
     assert record["args"][1].shape == (1,) and float(record["args"][1]) == 3.0  # history[0], a view
