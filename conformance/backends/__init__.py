@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from typing import Any, Literal
 
@@ -54,8 +54,10 @@ class Implementation:
 
     fn: Callable[..., Mapping[str, Any]]
     supports: Callable[[Mapping[str, Any]], str | None] = _always
-    validates_inputs: bool = True
-    """Whether the callable promises the spec's ``invalid`` errors (third-party ops often do not)."""
+    validates_inputs: bool | None = None
+    """Whether the callable promises the spec's ``invalid`` errors (a ``ValueError``/``TypeError`` naming the
+    argument); ``None`` takes the backend's ``validates_inputs`` (off unless the backend says otherwise: third-party
+    ops seldom check their arguments the way a spec's ``invalid`` entries expect)."""
 
 
 @dataclass(frozen=True)
@@ -67,12 +69,21 @@ class Backend:
     array_kind: Literal["numpy", "torch"]
     contracts: Mapping[str, Implementation | Callable[..., Mapping[str, Any]]]
     info: Mapping[str, str] = field(default_factory=dict)
+    validates_inputs: bool = False
+    """The default for contracts whose ``Implementation`` leaves ``validates_inputs`` unset (bare callables
+    included): off, so a contract's invalid-input row is *not-implemented* unless the backend promises the spec's
+    argument errors.  qconform's own ``fast`` and ``reference`` backends set it."""
 
     def implementation(self, contract: str) -> Implementation | None:
+        """The contract's ``Implementation`` (a bare callable wrapped), its ``validates_inputs`` resolved."""
         impl = self.contracts.get(contract)
-        if impl is None or isinstance(impl, Implementation):
-            return impl
-        return Implementation(impl)
+        if impl is None:
+            return None
+        if not isinstance(impl, Implementation):
+            impl = Implementation(impl)
+        if impl.validates_inputs is None:
+            impl = replace(impl, validates_inputs=self.validates_inputs)
+        return impl
 
     def unsupported_reason(self, contract: str, params: Mapping[str, Any]) -> str | None:
         impl = self.implementation(contract)
