@@ -4,7 +4,8 @@ No network and no external assets: the CSS is inline, the plots are inline SVG, 
 script at all, so the page reads the same from a mail attachment, a CI artifact or a bundle.
 It opens with the verdict and the conformance matrix (one row per contract x parameter set, one
 column per implementation, every cell pass / fail / error / crashed / n/i, or "—" where that
-column did not run the row), then per contract the rows with the cases they ran, every
+column did not run the row; rows that no column implements are hidden unless asked for), right after the
+verdict each run's reproduce command and main versions, then per contract the rows with the cases they ran, every
 counterexample with its input bit patterns (hex), the differing output elements and the replay
 command, and for a contract with a tolerance the distribution of the errors (the share of the
 tolerance each compared element used, ``runner.ERROR_BIN_EDGES``), then each run's environment
@@ -21,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from conformance.report import BAD_STATUSES, columns, matrix_rows, row_params, summary_line, verdict_parts
+from conformance.report import BAD_STATUSES, columns, hidden_note, row_params, shown_rows, summary_line, verdict_parts
 
 __all__ = ["render_html"]
 
@@ -129,11 +130,10 @@ def _aggregate(results: Iterable[Mapping[str, Any]]) -> str:
     return f'<td class="cell s-{css}">{_e(text)}</td>'
 
 
-def _matrix(report: Mapping[str, Any]) -> str:
+def _matrix(report: Mapping[str, Any], rows: list[Any], hidden: int) -> str:
     cols = columns(report)
     head = "".join(f"<th>{_e(c.label)}</th>" for c in cols)
     body: list[str] = []
-    rows = matrix_rows(report)
     for contract in dict.fromkeys(contract for contract, _, _ in rows):
         mine = [cells for c, _, cells in rows if c == contract]
         aggregates = "".join(_aggregate(cells[i] for cells in mine if i in cells) for i in range(len(cols)))
@@ -154,8 +154,28 @@ def _matrix(report: Mapping[str, Any]) -> str:
         f'<p class="muted">One row per contract x parameter set, one column per implementation; the small number '
         f"is the cases run. Legend: {legend}</p>"
         f'<table class="matrix"><thead><tr><th>contract</th><th>variant</th>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table></section>"
+        f"<tbody>{''.join(body)}</tbody></table>"
+        + (f'<p class="muted hidden-rows">{_e(hidden_note(hidden))}</p>' if hidden else "")
+        + "</section>"
     )
+
+
+def _reproduce(report: Mapping[str, Any]) -> str:
+    """Near the top: each run's command and the versions that matter, one short block per run (the full
+    fingerprint is in the Runs section at the end)."""
+    items = []
+    for i, run in enumerate(report["runs"]):
+        env, suite = run["environment"], run["suite"]
+        info = ", ".join(f"{k} {v}" for k, v in run["backend"]["info"].items())
+        versions = (
+            f"qconform {suite['version']} ({str(suite['commit'])[:12]}); Python {env.get('python')}, NumPy "
+            f"{env.get('numpy')}, torch {env.get('torch')}, CUDA {env.get('cuda')}, GPU {env.get('gpu') or 'none'}"
+        )
+        items.append(
+            f"<li><b>Run {i}: {_e(run['column'])}</b>{' (' + _e(info) + ')' if info else ''}; {_e(versions)}"
+            f"<pre>{_e(run['command'])}</pre></li>"
+        )
+    return f'<section id="reproduce"><h2>Environment and how to reproduce</h2><ul>{"".join(items)}</ul></section>'
 
 
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
@@ -314,9 +334,10 @@ def _specs(report: Mapping[str, Any]) -> str:
     )
 
 
-def render_html(report: Mapping[str, Any]) -> str:
-    """The whole page for ``report`` (a ``report.json`` mapping)."""
-    rows = matrix_rows(report)
+def render_html(report: Mapping[str, Any], show_unimplemented: bool = False) -> str:
+    """The whole page for ``report`` (a ``report.json`` mapping); rows no column implements are left out unless
+    ``show_unimplemented`` (``report.shown_rows``)."""
+    rows, hidden = shown_rows(report, show_unimplemented)
     specs = {s["contract"]: s for s in report["specs"]}
     contracts = list(dict.fromkeys(contract for contract, _, _ in rows))
     sections = "".join(_contract(report, specs.get(c), c, [row for row in rows if row[0] == c]) for c in contracts)
@@ -326,9 +347,9 @@ def render_html(report: Mapping[str, Any]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
         f"{_verdict(report)}"
-        '<nav><a href="#matrix">Matrix</a><a href="#contracts">Contracts</a><a href="#runs">Runs</a>'
-        '<a href="#specs">Specs</a></nav>'
-        f"{_matrix(report)}"
+        '<nav><a href="#reproduce">Reproduce</a><a href="#matrix">Matrix</a><a href="#contracts">Contracts</a>'
+        '<a href="#runs">Runs</a><a href="#specs">Specs</a></nav>'
+        f"{_reproduce(report)}{_matrix(report, rows, hidden)}"
         f'<section id="contracts"><h2>Contracts: cases, counterexamples, error distributions</h2>{sections}</section>'
         f"{_runs(report)}{_specs(report)}"
         "</body></html>\n"

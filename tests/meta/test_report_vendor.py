@@ -1,0 +1,79 @@
+"""What a vendor reads first: rows no column implements hidden from report.md/html (kept in report.json, shown
+with ``--show-unimplemented``), each run's reproduce command right after the verdict, an ERROR row's traceback
+frames in report.md, and backends that do not promise argument errors by default."""
+
+import json
+
+from conformance.backends import Backend, Implementation
+from conformance.report import hidden_note
+
+GLU = "glu.*interleave"  # glu.deinterleave and glu.interleave: four rows
+
+
+def _matrix(md: str) -> str:
+    return md[md.index("## Conformance matrix") : md.index("## Specs")]
+
+
+def test_rows_no_backend_implements_are_hidden_unless_asked_for(run_report, cli, tmp_path):
+    # glu_only implements glu.interleave: both glu.deinterleave rows are n/i
+    outcome = run_report("glu_only", tmp_path / "hidden", "--spec", GLU, "--isolation", "none")
+    assert outcome.code == 0, outcome.err
+    report = json.loads((tmp_path / "hidden" / "report.json").read_text())
+    assert len(report["results"]) == 4  # report.json keeps every row
+    md = (tmp_path / "hidden" / "report.md").read_text()
+    page = (tmp_path / "hidden" / "report.html").read_text()
+    assert "`glu.deinterleave`" not in _matrix(md) and "`glu.interleave`" in _matrix(md)
+    assert hidden_note(2) in md and hidden_note(2) in page
+    assert "contract-glu.deinterleave" not in page
+
+    shown = run_report("glu_only", tmp_path / "shown", "--spec", GLU, "--isolation", "none", "--show-unimplemented")
+    assert shown.code == 0, shown.err
+    md = (tmp_path / "shown" / "report.md").read_text()
+    assert "`glu.deinterleave`" in _matrix(md) and "are hidden" not in md
+
+    # merge: a row that another column implements is shown; --show-unimplemented works the same
+    run_report("reference_subset", tmp_path / "whole", "--spec", GLU, "--isolation", "none")
+    inputs = [tmp_path / "hidden" / "report.json", tmp_path / "whole" / "report.json"]
+    merged = cli("report", "merge", *inputs, "--report", tmp_path / "merged")
+    assert merged.code == 0, merged.err
+    md = (tmp_path / "merged" / "report.md").read_text()
+    assert "`glu.deinterleave`" in _matrix(md) and "are hidden" not in md
+
+
+def test_html_gives_the_reproduce_command_and_versions_right_after_the_verdict(run_report, tmp_path):
+    run_report("reference_subset", tmp_path / "r", "--spec", GLU, "--isolation", "none")
+    page = (tmp_path / "r" / "report.html").read_text()
+    assert page.index('id="verdict"') < page.index('id="reproduce"') < page.index('id="matrix"')
+    top = page[page.index('id="reproduce"') : page.index('id="matrix"')]
+    assert ("qconform run --backend" in top and "--seed" not in top) or "qconform run" in top
+    assert "NumPy" in top and "Python" in top
+
+
+def test_an_error_row_keeps_the_tracebacks_last_frames_in_report_md(run_report, tmp_path):
+    outcome = run_report("cuda_error", tmp_path / "e", "--spec", "glu.interleave", "--isolation", "none")
+    assert outcome.code == 1, outcome.err
+    md = (tmp_path / "e" / "report.md").read_text()
+    section = md[md.index("## Counterexamples") :]
+    assert "CUDA error: an illegal memory access" in section
+    assert 'File "' in section and "in interleave" in section  # the frame that raised, as the worker sent it
+
+
+def test_validates_inputs_is_off_unless_the_backend_or_the_implementation_says_so():
+    def fn(**kwargs):
+        return {}
+
+    plugin = Backend(
+        "p", "cpu", "numpy", {"a": fn, "b": Implementation(fn), "c": Implementation(fn, validates_inputs=True)}
+    )
+    assert [plugin.implementation(c).validates_inputs for c in "abc"] == [False, False, True]
+    own = Backend(
+        "o", "cpu", "numpy", {"a": fn, "b": Implementation(fn, validates_inputs=False)}, validates_inputs=True
+    )
+    assert [own.implementation(c).validates_inputs for c in "ab"] == [True, False]
+
+
+def test_qconforms_own_backends_still_promise_argument_errors():
+    from conformance.backends import reference_backend
+
+    backend = reference_backend.backend()
+    assert all(backend.implementation(c).validates_inputs for c in backend.contracts)
