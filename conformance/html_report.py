@@ -68,6 +68,7 @@ h3 code { font-size: 15px; }
 svg.hist text { font: 11px system-ui, "DejaVu Sans", sans-serif; fill: #1f2328; }
 .runs { display: grid; grid-template-columns: repeat(auto-fill, minmax(420px, 1fr)); gap: 0 28px; }
 dl.env { display: grid; grid-template-columns: max-content auto; gap: 2px 14px; margin: 6px 0; }
+#reproduce { margin: 10px 0; } #reproduce pre { margin: 4px 0 8px; }
 dl.env dt { color: #57606a; } dl.env dd { margin: 0; font-family: ui-monospace, "DejaVu Sans Mono", monospace; }
 """
 
@@ -161,8 +162,8 @@ def _matrix(report: Mapping[str, Any], rows: list[Any], hidden: int) -> str:
 
 
 def _reproduce(report: Mapping[str, Any]) -> str:
-    """Near the top: each run's command and the versions that matter, one short block per run (the full
-    fingerprint is in the Runs section at the end)."""
+    """Right after the verdict: each run's command and the versions that matter, one short block per run (the
+    full fingerprint is in the Runs section at the end)."""
     items = []
     for i, run in enumerate(report["runs"]):
         env, suite = run["environment"], run["suite"]
@@ -175,7 +176,12 @@ def _reproduce(report: Mapping[str, Any]) -> str:
             f"<li><b>Run {i}: {_e(run['column'])}</b>{' (' + _e(info) + ')' if info else ''}; {_e(versions)}"
             f"<pre>{_e(run['command'])}</pre></li>"
         )
-    return f'<section id="reproduce"><h2>Environment and how to reproduce</h2><ul>{"".join(items)}</ul></section>'
+    # open for one or two runs; a merged report of many keeps the matrix on the first screen (click to open)
+    opened = " open" if len(items) <= 2 else ""
+    return (
+        f'<details id="reproduce"{opened}><summary><b>Environment and how to reproduce</b> ({len(items)} run(s); '
+        f'full fingerprints under <a href="#runs">Runs</a>)</summary><ul>{"".join(items)}</ul></details>'
+    )
 
 
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")

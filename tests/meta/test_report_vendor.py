@@ -77,3 +77,21 @@ def test_qconforms_own_backends_still_promise_argument_errors():
 
     backend = reference_backend.backend()
     assert all(backend.implementation(c).validates_inputs for c in backend.contracts)
+
+
+def test_integer_codes_are_shown_signed_where_their_format_is_signed():
+    import numpy as np
+
+    from conformance.compare import compare_outputs
+
+    decl = {"y": {"dtype": "uint8", "format": "$output_dtype", "compare": {"kind": "bitwise"}}}
+    ref = {"y": np.array([0x80, 0x08], dtype=np.uint8)}
+    got = {"y": np.array([0x7F, 0x07], dtype=np.uint8)}
+    (signed,) = compare_outputs(decl, {"y": "uint8"}, {"output_dtype": "int8"}, ref, got)
+    assert signed.message.startswith("y[0]=0x7f (127), but reference gives 0x80 (-128)")
+    (nibble,) = compare_outputs(
+        decl, {"y": "uint8"}, {"output_dtype": "int4"}, {"y": ref["y"][1:]}, {"y": got["y"][1:]}
+    )
+    assert nibble.message.startswith("y[0]=0x7 (7), but reference gives 0x8 (-8)")
+    (unsigned,) = compare_outputs(decl, {"y": "uint8"}, {"output_dtype": "uint8"}, ref, got)
+    assert "0x80 (128)" in unsigned.message
