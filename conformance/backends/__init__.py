@@ -9,7 +9,10 @@ and returns a dict of named outputs (arrays or tensors of the spec's output dtyp
 A contract may be implemented for some parameter sets only: wrap the callable in an
 ``Implementation`` whose ``supports(params)`` returns ``None`` when the set is implemented
 and a reason string when it is not.  Param sets a backend does not implement are reported
-as *not-implemented*, not as failures.
+as *not-implemented*, not as failures.  For one case (an input dtype or a size the callable
+has no path for), the callable raises ``NotSupported(reason)``.  ``validates_inputs`` (on the
+``Backend``, or per ``Implementation``) says whether the callables raise the spec's argument
+errors; it is off by default, so a contract's invalid-input row is *not-implemented*.
 
 Backends are found by name in the entry-point group ``qconform.backends`` (the value is a
 ``Backend`` or a zero-argument callable returning one), or loaded from ``module:attr``::
@@ -39,9 +42,17 @@ import numpy as np
 
 from conformance.errors import BackendError
 
-__all__ = ["Backend", "Implementation", "available_backends", "load_backend"]
+__all__ = ["Backend", "Implementation", "NotSupported", "available_backends", "load_backend"]
 
 ENTRY_POINT_GROUP = "qconform.backends"
+
+
+class NotSupported(Exception):
+    """Raised by a contract's callable for one case it does not implement (a dtype, a size, a value its hardware
+    has no path for), with the reason as its message: that case is skipped and counted, not an error.  A row whose
+    every case raised it is *not-implemented* with the first reason; a row that passed with some skipped passes
+    and its message says how many.  Where a whole parameter set is unsupported, say so in ``supports()`` instead
+    (the row then runs no case at all)."""
 
 
 def _always(params: Mapping[str, Any]) -> str | None:

@@ -95,3 +95,35 @@ def test_integer_codes_are_shown_signed_where_their_format_is_signed():
     assert nibble.message.startswith("y[0]=0x7 (7), but reference gives 0x8 (-8)")
     (unsigned,) = compare_outputs(decl, {"y": "uint8"}, {"output_dtype": "uint8"}, ref, got)
     assert "0x80 (128)" in unsigned.message
+
+
+PLUGIN = """
+import numpy as np
+import reference.decode
+from conformance.backends import Backend, NotSupported
+
+def decode(codes, *, format):
+    if format == "float8_e5m2":
+        raise NotSupported("no e5m2 path on this device")
+    if codes.size > 8:
+        raise NotSupported("at most 8 elements")
+    return reference.decode.fp8(codes, format=format)
+
+def backend():
+    return Backend("picky", "cpu", "numpy", {"decode.fp8": decode})
+"""
+
+
+def test_not_supported_skips_a_case_and_a_row_of_only_skips_is_not_implemented(cli, tmp_path, monkeypatch):
+    (tmp_path / "picky_plugin_34.py").write_text(PLUGIN)
+    monkeypatch.chdir(tmp_path)
+    outcome = cli("run", "--backend", "picky_plugin_34:backend", "--spec", "decode.fp8", "--isolation", "none",
+                  "--quiet", "--profile", "smoke", "--report", tmp_path / "r")  # fmt: skip
+    assert outcome.code == 0, outcome.out + outcome.err
+    rows = {r["id"]: r for r in json.loads((tmp_path / "r" / "report.json").read_text())["results"]}
+    e5m2 = rows["decode.fp8[format=float8_e5m2]"]
+    assert e5m2["status"] == "not-implemented" and e5m2["cases"] == 0
+    assert e5m2["message"].startswith("every case raised NotSupported (") and "no e5m2 path" in e5m2["message"]
+    e4m3 = rows["decode.fp8[format=float8_e4m3fn]"]
+    assert e4m3["status"] == "pass" and e4m3["cases"] > 0
+    assert "case(s) raised NotSupported, not counted: at most 8 elements" in e4m3["message"]
