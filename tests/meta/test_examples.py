@@ -21,10 +21,17 @@ def _qconform(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_example_vendor_plugin_is_conformant_on_the_rows_it_claims(tmp_path):
-    report_dir = tmp_path / "vendor"
+@pytest.fixture(scope="module")
+def example_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The run docs/writing-a-backend.md shows: the example plugin on cast.fp8 at smoke; its outcome and report."""
+    report_dir = tmp_path_factory.mktemp("example") / "vendor"
     done = _qconform("run", "--backend", "examples.vendor_plugin:backend", "--spec", "cast.fp8", "--profile", "smoke",
                      "--quiet", "--report", str(report_dir))  # fmt: skip
+    return done, report_dir
+
+
+def test_the_example_vendor_plugin_is_conformant_on_the_rows_it_claims(example_run):
+    done, report_dir = example_run
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("conformant on the 8 rows it implements (17 of 25 not implemented)"), done.stdout
     report = json.loads((report_dir / "report.json").read_text())
@@ -49,3 +56,13 @@ def test_dry_run_lists_what_the_example_plugin_claims_and_runs_nothing(tmp_path)
     assert "cast.fp8[,invalid-input]: n/i: the backend does not promise argument errors" in lines
     assert lines[-1] == "8 of 25 rows implemented by vendor-example"
     assert not (tmp_path / "r").exists()  # nothing written
+
+
+def test_the_example_claims_file_bundles_and_verifies(example_run, tmp_path):
+    (ran, report_dir), bundle = example_run, tmp_path / "vendor.zip"
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    made = _qconform("bundle", "--report", str(report_dir), "--claims", "examples/vendor_plugin/claims.yaml",
+                     "-o", str(bundle))  # fmt: skip
+    assert made.returncode == 0 and "consistent: 8 claimed row(s) passed" in made.stdout, made.stdout + made.stderr
+    verified = _qconform("verify", str(bundle))
+    assert verified.returncode == 0, verified.stdout
