@@ -42,7 +42,7 @@ import numpy as np
 
 from conformance.errors import BackendError
 
-__all__ = ["Backend", "Implementation", "NotSupported", "available_backends", "load_backend"]
+__all__ = ["Backend", "Implementation", "NotSupported", "available_backends", "load_backend", "numpy_output"]
 
 ENTRY_POINT_GROUP = "qconform.backends"
 
@@ -116,7 +116,25 @@ class Backend:
             result = impl.fn(**args, **params)
             return {n: torch_arrays.to_numpy(v) for n, v in dict(result).items()}
         result = impl.fn(**{n: np.array(a) for n, a in inputs.items()}, **params)
-        return {n: np.asarray(v) for n, v in dict(result).items()}
+        return {n: numpy_output(v) for n, v in dict(result).items()}
+
+
+_SUB_BYTE_MASK = {"float4": 0x0F, "float6": 0x3F}
+
+
+def numpy_output(value: Any) -> np.ndarray:
+    """An output of a NumPy backend as a carrier: an ml_dtypes float array (``float8_*``, ``float6_*``,
+    ``float4_*``, ``float8_e8m0fnu``) becomes its ``uint8`` codes (sub-byte formats masked to their width), an
+    ml_dtypes ``bfloat16`` array its ``uint16`` bits; anything else is ``np.asarray(value)``."""
+    array = np.asarray(value)
+    name = array.dtype.name
+    if name == "bfloat16" and array.dtype.itemsize == 2:
+        return array.view(np.uint16)
+    if array.dtype.itemsize == 1 and name.startswith(("float8", "float6", "float4")):
+        codes = array.view(np.uint8)
+        mask = _SUB_BYTE_MASK.get(name.split("_")[0])
+        return codes if mask is None else codes & np.uint8(mask)
+    return array
 
 
 def available_backends() -> dict[str, str]:

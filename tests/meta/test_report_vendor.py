@@ -127,3 +127,18 @@ def test_not_supported_skips_a_case_and_a_row_of_only_skips_is_not_implemented(c
     e4m3 = rows["decode.fp8[format=float8_e4m3fn]"]
     assert e4m3["status"] == "pass" and e4m3["cases"] > 0
     assert "case(s) raised NotSupported, not counted: at most 8 elements" in e4m3["message"]
+
+
+def test_a_numpy_backend_may_return_ml_dtypes_arrays():
+    import numpy as np
+    import pytest
+
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from conformance.backends import numpy_output
+
+    x = np.array([-1.0, 0.5, -6.0], dtype=np.float32)
+    assert numpy_output(x.astype(ml_dtypes.float8_e4m3fn)).tolist() == [0xB8, 0x30, 0xCC]
+    assert numpy_output(x.astype(ml_dtypes.float8_e5m2)).dtype == np.uint8  # a NumPy float kind, not void
+    assert numpy_output(x.astype(ml_dtypes.float4_e2m1fn)).tolist() == [0xA, 0x1, 0xF]  # low 4 bits
+    assert numpy_output(x.astype(ml_dtypes.bfloat16)).tolist() == [0xBF80, 0x3F00, 0xC0C0]
+    assert numpy_output(x).dtype == np.float32
