@@ -66,3 +66,16 @@ def test_the_example_claims_file_bundles_and_verifies(example_run, tmp_path):
     assert made.returncode == 0 and "consistent: 8 claimed row(s) passed" in made.stdout, made.stdout + made.stderr
     verified = _qconform("verify", str(bundle))
     assert verified.returncode == 0, verified.stdout
+
+
+def test_the_plugin_in_writing_a_backend_md_loads_and_claims_what_the_page_says(tmp_path):
+    import re
+
+    page = (ROOT / "docs" / "writing-a-backend.md").read_text()
+    (tmp_path / "my_plugin.py").write_text(re.search(r"```python\n# my_plugin.py\n(.*?)```", page, re.S).group(1))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--backend", "my_plugin:backend", "--spec",
+                           "cast.fp8", "--dry-run"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "4 of 25 rows implemented by my-plugin"
