@@ -54,6 +54,7 @@ from conformance.report import (
     remove_created,
     result_record,
     run_record,
+    runnable,
     spec_records,
     verdict_lines,
     write_reports,
@@ -183,6 +184,24 @@ def _importable_cwd(backend: str) -> None:
         sys.path.append(cwd)
 
 
+def _found_in_cwd(backend: str) -> str | None:
+    """The current directory, where ``backend`` is ``module:attr`` and its module is found under it (not
+    installed): reports then print reproduce and replay lines that ``cd`` there (``report.runnable``)."""
+    import importlib.util
+
+    if ":" not in backend:
+        return None
+    try:
+        spec = importlib.util.find_spec(backend.partition(":")[0])
+    except (ImportError, ValueError):
+        return None
+    origin = None if spec is None else spec.origin
+    cwd = Path.cwd().resolve()
+    if origin is None or not Path(origin).resolve().is_relative_to(cwd):
+        return None
+    return str(cwd)
+
+
 def _add_show_unimplemented(parser: argparse.ArgumentParser) -> None:
     shown = "keep rows no backend implements in report.md and report.html (report.json always has them)"
     parser.add_argument("--show-unimplemented", action="store_true", help=shown)
@@ -304,6 +323,8 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         command="qconform " + shlex.join(argv),
         started=started,
     )
+    if (found_in := _found_in_cwd(args.backend)) is not None:
+        run["cwd"] = found_in
     specs_seen = spec_records(specs)
     journal = None
     if args.report is not None:
@@ -372,7 +393,7 @@ def _print_verdict(report: Mapping[str, Any]) -> None:
             first = r["message"].splitlines()[0] if r["message"] else ""
             print(f"  {r['status'].upper()} {r['id']} on {column}: {first}")
             if r["replay"]:
-                print(f"    replay: {r['replay']}")
+                print(f"    replay: {runnable(report['runs'][r['run']], r['replay'])}")
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:

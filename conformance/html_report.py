@@ -22,7 +22,16 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from conformance.report import BAD_STATUSES, columns, hidden_note, row_params, shown_rows, summary_line, verdict_parts
+from conformance.report import (
+    BAD_STATUSES,
+    columns,
+    hidden_note,
+    row_params,
+    runnable,
+    shown_rows,
+    summary_line,
+    verdict_parts,
+)
 
 __all__ = ["render_html"]
 
@@ -174,7 +183,7 @@ def _reproduce(report: Mapping[str, Any]) -> str:
         )
         items.append(
             f"<li><b>Run {i}: {_e(run['column'])}</b>{' (' + _e(info) + ')' if info else ''}; {_e(versions)}"
-            f"<pre>{_e(run['command'])}</pre></li>"
+            f"<pre>{_e(runnable(run, run['command']))}</pre></li>"
         )
     # open for one or two runs; a merged report of many keeps the matrix on the first screen (click to open)
     opened = " open" if len(items) <= 2 else ""
@@ -226,7 +235,7 @@ def histogram_svg(counts: Sequence[int], edges: Sequence[float], title: str) -> 
     )
 
 
-def _counterexample(result: Mapping[str, Any], col_label: str, col: int) -> str:
+def _counterexample(result: Mapping[str, Any], col_label: str, col: int, run: Mapping[str, Any]) -> str:
     parts = [
         f'<div class="cx cx-{_e(result["status"])}" id="{_anchor("row", col, result["id"])}">'
         f"<h4><code>{_e(result['id'])}</code> on {_e(col_label)}: {_e(_LABEL[result['status']])}</h4>"
@@ -256,7 +265,7 @@ def _counterexample(result: Mapping[str, Any], col_label: str, col: int) -> str:
                 f"<th>reference bits</th><th>reference value</th></tr>{elements}</table>"
             )
     if result["replay"]:
-        parts.append(f"<p>Replay:</p><pre>{_e(result['replay'])}</pre>")
+        parts.append(f"<p>Replay:</p><pre>{_e(runnable(run, result['replay']))}</pre>")
     parts.append("</div>")
     return "".join(parts)
 
@@ -297,7 +306,7 @@ def _contract(report: Mapping[str, Any], spec: Mapping[str, Any] | None, contrac
     for _, _, cells in rows:
         for i, r in sorted(cells.items()):
             if r["status"] in BAD_STATUSES:
-                body.append(_counterexample(r, labels[i], i))
+                body.append(_counterexample(r, labels[i], i, report["runs"][r["run"]]))
     body.append("</section>")
     return "".join(body)
 
@@ -320,8 +329,9 @@ def _runs(report: Mapping[str, Any]) -> str:
             *run["environment"].items(),
         ]
         rows = "".join(f"<dt>{_e(k)}</dt><dd>{_e('—' if v is None else v)}</dd>" for k, v in fields)
+        command = runnable(run, run["command"])
         parts.append(
-            f"<div><h3>Run {i}: {_e(run['column'])}</h3><p>Reproduce with:</p><pre>{_e(run['command'])}</pre>"
+            f"<div><h3>Run {i}: {_e(run['column'])}</h3><p>Reproduce with:</p><pre>{_e(command)}</pre>"
             f'<dl class="env">{rows}</dl></div>'
         )
     parts.append("</div></section>")

@@ -67,6 +67,7 @@ __all__ = [
     "result_record",
     "row_params",
     "run_record",
+    "runnable",
     "shown_rows",
     "spec_records",
     "summary_line",
@@ -263,6 +264,12 @@ def _incomplete(
             shards = ", ".join(f"{i}/{count}" for i in missing)
             reasons.append((label, f"{label}, {scope}: shards {shards} are missing"))
     return reasons
+
+
+def runnable(run: Mapping[str, Any], line: str) -> str:
+    """A reproduce or replay line of ``run`` as it runs when pasted anywhere: ``cd DIR && line`` where the run's
+    ``module:attr`` backend was found under the directory it ran in (``cwd``), else ``line``."""
+    return f"cd {shlex.quote(run['cwd'])} && {line}" if run.get("cwd") else line
 
 
 def _not_run(run: Mapping[str, Any]) -> str:
@@ -664,7 +671,7 @@ def render_markdown(report: Mapping[str, Any], show_unimplemented: bool = False)
             f"{'' if suite['clean'] in (True, None) else ' (uncommitted changes)'}; Python {env['python']}, "
             f"NumPy {env['numpy']}, torch {env['torch']}, triton {env['triton']}, CUDA {env['cuda']}, "
             f"GPU {env['gpu'] or 'none'}, driver {env['driver'] or 'n/a'}",
-            f"  reproduce with: `{run['command']}`",
+            f"  reproduce with: `{runnable(run, run['command'])}`",
         ]
     header = " | ".join(f"`{c.label}`" for c in cols)
     lines += [
@@ -711,7 +718,7 @@ def render_markdown(report: Mapping[str, Any], show_unimplemented: bool = False)
                         f"reference {e['reference']} ({e['reference_value']})"
                     )
         if r["replay"]:
-            lines += ["", "```", r["replay"], "```"]
+            lines += ["", "```", runnable(report["runs"][r["run"]], r["replay"]), "```"]
         lines.append("")
     lines += ["", "## Specs", "", "| contract | version | sha256 |", "| --- | ---: | --- |"]
     lines += [f"| `{s['contract']}` | {s['version']} | `{s['sha256'][:16]}` |" for s in report["specs"]]

@@ -142,3 +142,33 @@ def test_a_numpy_backend_may_return_ml_dtypes_arrays():
     assert numpy_output(x.astype(ml_dtypes.float4_e2m1fn)).tolist() == [0xA, 0x1, 0xF]  # low 4 bits
     assert numpy_output(x.astype(ml_dtypes.bfloat16)).tolist() == [0xBF80, 0x3F00, 0xC0C0]
     assert numpy_output(x).dtype == np.float32
+
+
+WRONG = """
+import numpy as np
+from conformance.backends import Backend
+
+def decode(codes, *, format):
+    return {"values": np.zeros(codes.shape, dtype=np.float32)}
+
+def backend():
+    return Backend("wrong", "cpu", "numpy", {"decode.fp8": decode})
+"""
+
+
+def test_a_plugin_found_in_the_run_directory_gets_lines_that_run_from_anywhere(cli, tmp_path, monkeypatch):
+
+    from conformance.report import validate_report
+
+    (tmp_path / "wrong_plugin_34.py").write_text(WRONG)
+    monkeypatch.chdir(tmp_path)
+    outcome = cli("run", "--backend", "wrong_plugin_34:backend", "--spec", "decode.fp8", "--isolation", "none",
+                  "--quiet", "--profile", "smoke", "--where", "format == 'float8_e5m2'", "--report", "r")  # fmt: skip
+    assert outcome.code == 1, outcome.out + outcome.err
+    assert f"replay: cd {tmp_path.resolve()} && qconform replay --backend wrong_plugin_34:backend " in outcome.out
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    validate_report(report, "report.json")  # cwd is an optional field of the schema
+    assert report["runs"][0]["cwd"] == str(tmp_path.resolve())
+    assert report["results"][0]["replay"].startswith("qconform replay")  # the field itself is unchanged
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert f"reproduce with: `cd {tmp_path.resolve()} && qconform run --backend wrong_plugin_34:backend" in md
