@@ -54,6 +54,7 @@ from conformance.report import (
     remove_created,
     result_record,
     run_record,
+    runnable,
     spec_records,
     verdict_lines,
     write_reports,
@@ -89,6 +90,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--jobs", type=_positive_int, default=1, metavar="N",
                      help="run rows in N worker processes, each with its own backend (default 1)")  # fmt: skip
     run.add_argument("--quiet", action="store_true", help="no progress bar or lines")
+    dry_help = "list the selected rows the backend claims (implemented, or n/i and why); run nothing"
+    run.add_argument("--dry-run", action="store_true", help=dry_help)
+    _add_show_unimplemented(run)
 
     replay = sub.add_parser("replay", help="replay one counterexample (a qc1: token or a case .json file)")
     replay.add_argument("--backend", default="fast", help="registered name or module:attr (default: fast)")
@@ -99,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     merge = report.add_parser("merge", help="one report from shards and runs (report.json or results.jsonl)")
     merge.add_argument("inputs", nargs="+", type=Path, metavar="REPORT")
     merge.add_argument("--report", type=Path, required=True, help="directory for the merged report")
+    _add_show_unimplemented(merge)
 
     bundle = sub.add_parser("bundle", help="pack a report and a statement of claims into a submission bundle")
     bundle.add_argument("--report", type=Path, required=True, help="the report directory (its report.json)")
@@ -179,6 +184,52 @@ def _importable_cwd(backend: str) -> None:
         sys.path.append(cwd)
 
 
+def _found_in_cwd(backend: str) -> str | None:
+    """The current directory, where ``backend`` is ``module:attr`` and its module is found under it (not
+    installed): reports then print reproduce and replay lines that ``cd`` there (``report.runnable``)."""
+    import importlib.util
+
+    if ":" not in backend:
+        return None
+    try:
+        spec = importlib.util.find_spec(backend.partition(":")[0])
+    except (ImportError, ValueError):
+        return None
+    origin = None if spec is None else spec.origin
+    cwd = Path.cwd().resolve()
+    if origin is None or not Path(origin).resolve().is_relative_to(cwd):
+        return None
+    return str(cwd)
+
+
+def _add_show_unimplemented(parser: argparse.ArgumentParser) -> None:
+    shown = "keep rows no backend implements in report.md and report.html (report.json always has them)"
+    parser.add_argument("--show-unimplemented", action="store_true", help=shown)
+
+
+def _dry_run(handle: Any, rows: Sequence[tuple[Any, dict[str, Any] | None]]) -> int:
+    """``run --dry-run``: one line per selected row, what the backend claims of it; nothing runs."""
+    validating = set(handle.description.get("validates_inputs", []))
+    claimed = 0
+    for spec, combo in rows:
+        rid = row_id(spec, combo)
+        if combo is None:
+            reason = None if spec.contract in validating else "the backend does not promise argument errors"
+            if not spec.raw.get("invalid"):
+                reason = "no invalid-input cases in the spec"
+            elif spec.contract not in handle.description.get("contracts", []):
+                reason = f"backend {handle.description['name']!r} does not implement {spec.contract}"
+        else:
+            try:
+                reason = handle.unsupported_reason(spec.contract, spec.with_defaults(combo))
+            except Exception as exc:  # its supports() raised: the real run makes this row an error
+                reason = f"supports() raised {type(exc).__name__}: {exc}"
+        claimed += reason is None
+        print(f"{rid}: {'implemented' if reason is None else 'n/i: ' + reason}")
+    print(f"{claimed} of {len(rows)} rows implemented by {handle.description['name']}")
+    return 0
+
+
 def _open_backend(args: argparse.Namespace) -> InProcessBackend | IsolatedBackend:
     """The backend of ``--backend``, isolated or not as ``--isolation`` says."""
     _importable_cwd(args.backend)
@@ -251,6 +302,12 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     except (QConformError, BackendError):
         remove_created(created)
         raise
+    if args.dry_run:
+        remove_created(created)
+        try:
+            return _dry_run(handle, rows)
+        finally:
+            handle.close()
     log = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     where = f", shard {shard}" if shard else ""
     log(f"qconform: backend {handle.description['name']} on {handle.description['device']}, "
@@ -266,6 +323,8 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         command="qconform " + shlex.join(argv),
         started=started,
     )
+    if (found_in := _found_in_cwd(args.backend)) is not None:
+        run["cwd"] = found_in
     specs_seen = spec_records(specs)
     journal = None
     if args.report is not None:
@@ -309,7 +368,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if args.report is not None and journal is not None:
             if not interrupted:
                 journal.end(duration)
-            for path in write_reports(report, args.report):
+            for path in write_reports(report, args.report, args.show_unimplemented):
                 log(f"wrote {path}")
             journal.remove()
         _print_verdict(report)
@@ -334,7 +393,7 @@ def _print_verdict(report: Mapping[str, Any]) -> None:
             first = r["message"].splitlines()[0] if r["message"] else ""
             print(f"  {r['status'].upper()} {r['id']} on {column}: {first}")
             if r["replay"]:
-                print(f"    replay: {r['replay']}")
+                print(f"    replay: {runnable(report['runs'][r['run']], r['replay'])}")
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
@@ -345,7 +404,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
         remove_created(created)
         raise
     clear_report_dir(args.report)
-    for path in write_reports(report, args.report):
+    for path in write_reports(report, args.report, args.show_unimplemented):
         print(f"wrote {path}", file=sys.stderr)
     _print_verdict(report)
     return 0 if report["verdict"] == "conformant" else 1

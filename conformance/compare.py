@@ -35,6 +35,7 @@ import numpy as np
 from conformance.carriers import bits_to_carrier, carrier_to_bits, get_dtype
 from conformance.expr import evaluate
 from conformance.formats import FORMATS
+from conformance.values import INTEGER_CODE_BITS
 
 __all__ = ["TOLERANCE_KINDS", "Mismatch", "compare_outputs", "format_bits", "tolerance_usage"]
 
@@ -104,6 +105,7 @@ def compare_outputs(
         dtype = dtypes[name]
         fmt = decl.get("format")
         fmt = params.get(fmt[1:]) if isinstance(fmt, str) and fmt.startswith("$") else fmt
+        int_code = fmt if fmt in INTEGER_CODE_BITS else None  # shown as integers of that width and sign
         fmt = fmt if fmt in FORMATS else None  # integer formats (quant.qdq int8) compare as plain bits
         ref_bits = reference[name]
         try:
@@ -126,7 +128,7 @@ def compare_outputs(
             equal |= np.asarray(reference[rule["dont_care"]], dtype=bool)
         if equal.all():
             continue
-        problems.append(_describe(name, dtype, fmt, ref_bits, got_bits, equal))
+        problems.append(_describe(name, dtype, fmt, ref_bits, got_bits, equal, int_code))
     return problems
 
 
@@ -252,10 +254,40 @@ def _binomial_divergence(q: np.ndarray, p: np.ndarray) -> np.ndarray:
     return np.nan_to_num(up + down, nan=np.inf, posinf=np.inf)
 
 
-def _describe(name: str, dtype: str, fmt: str | None, ref: np.ndarray, got: np.ndarray, equal: np.ndarray) -> Mismatch:
+def _value_text(value: Any) -> str:
+    return value if isinstance(value, str) else repr(float(value))
+
+
+def _integer_text(bits: Any, code: str) -> str:
+    """An integer code's value: ``-128`` for 0x80 of ``int8``, ``-8`` for 0x8 of ``int4``, ``8`` for ``uint4``."""
+    width = INTEGER_CODE_BITS[code]
+    value = int(bits) & ((1 << width) - 1)
+    return str(value - (1 << width) if code.startswith("int") and value >> (width - 1) else value)
+
+
+def _describe(
+    name: str,
+    dtype: str,
+    fmt: str | None,
+    ref: np.ndarray,
+    got: np.ndarray,
+    equal: np.ndarray,
+    int_code: str | None = None,
+) -> Mismatch:
+    """The first differing elements with bits and values; ``int_code`` (an integer format such as ``int8`` or
+    ``int4`` carried in ``uint8``) shows values as signed or unsigned integers of that width, and a signed integer
+    dtype shows its values as integers."""
     bad = np.argwhere(~equal)
     width = get_dtype(dtype).bits if fmt is None else FORMATS[fmt].bits
-    ref_values, got_values = _decoded(ref, dtype, fmt), _decoded(got, dtype, fmt)
+    if int_code is not None:
+        width = INTEGER_CODE_BITS[int_code]
+        ref_values = np.array([_integer_text(b, int_code) for b in ref.reshape(-1)], dtype=object).reshape(ref.shape)
+        got_values = np.array([_integer_text(b, int_code) for b in got.reshape(-1)], dtype=object).reshape(got.shape)
+    elif fmt is None and get_dtype(dtype).kind == "int":
+        ref_values = np.vectorize(lambda v: str(int(v)), otypes=[object])(_decoded(ref, dtype, fmt))
+        got_values = np.vectorize(lambda v: str(int(v)), otypes=[object])(_decoded(got, dtype, fmt))
+    else:
+        ref_values, got_values = _decoded(ref, dtype, fmt), _decoded(got, dtype, fmt)
     elements = []
     for index in bad[:MAX_REPORTED]:
         i = tuple(int(k) for k in index)
@@ -264,8 +296,8 @@ def _describe(name: str, dtype: str, fmt: str | None, ref: np.ndarray, got: np.n
                 "index": list(i),
                 "reference": format_bits(ref[i], width),
                 "backend": format_bits(got[i], width),
-                "reference_value": repr(float(ref_values[i])),
-                "backend_value": repr(float(got_values[i])),
+                "reference_value": _value_text(ref_values[i]),
+                "backend_value": _value_text(got_values[i]),
             }
         )
     first = elements[0]

@@ -4,7 +4,8 @@ No network and no external assets: the CSS is inline, the plots are inline SVG, 
 script at all, so the page reads the same from a mail attachment, a CI artifact or a bundle.
 It opens with the verdict and the conformance matrix (one row per contract x parameter set, one
 column per implementation, every cell pass / fail / error / crashed / n/i, or "—" where that
-column did not run the row), then per contract the rows with the cases they ran, every
+column did not run the row; rows that no column implements are hidden unless asked for), right after the
+verdict each run's reproduce command and main versions, then per contract the rows with the cases they ran, every
 counterexample with its input bit patterns (hex), the differing output elements and the replay
 command, and for a contract with a tolerance the distribution of the errors (the share of the
 tolerance each compared element used, ``runner.ERROR_BIN_EDGES``), then each run's environment
@@ -21,7 +22,16 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from conformance.report import BAD_STATUSES, columns, matrix_rows, row_params, summary_line, verdict_parts
+from conformance.report import (
+    BAD_STATUSES,
+    columns,
+    hidden_note,
+    row_params,
+    runnable,
+    shown_rows,
+    summary_line,
+    verdict_parts,
+)
 
 __all__ = ["render_html"]
 
@@ -67,6 +77,7 @@ h3 code { font-size: 15px; }
 svg.hist text { font: 11px system-ui, "DejaVu Sans", sans-serif; fill: #1f2328; }
 .runs { display: grid; grid-template-columns: repeat(auto-fill, minmax(420px, 1fr)); gap: 0 28px; }
 dl.env { display: grid; grid-template-columns: max-content auto; gap: 2px 14px; margin: 6px 0; }
+#reproduce { margin: 10px 0; } #reproduce pre { margin: 4px 0 8px; }
 dl.env dt { color: #57606a; } dl.env dd { margin: 0; font-family: ui-monospace, "DejaVu Sans Mono", monospace; }
 """
 
@@ -129,11 +140,10 @@ def _aggregate(results: Iterable[Mapping[str, Any]]) -> str:
     return f'<td class="cell s-{css}">{_e(text)}</td>'
 
 
-def _matrix(report: Mapping[str, Any]) -> str:
+def _matrix(report: Mapping[str, Any], rows: list[Any], hidden: int) -> str:
     cols = columns(report)
     head = "".join(f"<th>{_e(c.label)}</th>" for c in cols)
     body: list[str] = []
-    rows = matrix_rows(report)
     for contract in dict.fromkeys(contract for contract, _, _ in rows):
         mine = [cells for c, _, cells in rows if c == contract]
         aggregates = "".join(_aggregate(cells[i] for cells in mine if i in cells) for i in range(len(cols)))
@@ -154,7 +164,32 @@ def _matrix(report: Mapping[str, Any]) -> str:
         f'<p class="muted">One row per contract x parameter set, one column per implementation; the small number '
         f"is the cases run. Legend: {legend}</p>"
         f'<table class="matrix"><thead><tr><th>contract</th><th>variant</th>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table></section>"
+        f"<tbody>{''.join(body)}</tbody></table>"
+        + (f'<p class="muted hidden-rows">{_e(hidden_note(hidden))}</p>' if hidden else "")
+        + "</section>"
+    )
+
+
+def _reproduce(report: Mapping[str, Any]) -> str:
+    """Right after the verdict: each run's command and the versions that matter, one short block per run (the
+    full fingerprint is in the Runs section at the end)."""
+    items = []
+    for i, run in enumerate(report["runs"]):
+        env, suite = run["environment"], run["suite"]
+        info = ", ".join(f"{k} {v}" for k, v in run["backend"]["info"].items())
+        versions = (
+            f"qconform {suite['version']} ({str(suite['commit'])[:12]}); Python {env.get('python')}, NumPy "
+            f"{env.get('numpy')}, torch {env.get('torch')}, CUDA {env.get('cuda')}, GPU {env.get('gpu') or 'none'}"
+        )
+        items.append(
+            f"<li><b>Run {i}: {_e(run['column'])}</b>{' (' + _e(info) + ')' if info else ''}; {_e(versions)}"
+            f"<pre>{_e(runnable(run, run['command']))}</pre></li>"
+        )
+    # open for one or two runs; a merged report of many keeps the matrix on the first screen (click to open)
+    opened = " open" if len(items) <= 2 else ""
+    return (
+        f'<details id="reproduce"{opened}><summary><b>Environment and how to reproduce</b> ({len(items)} run(s); '
+        f'full fingerprints under <a href="#runs">Runs</a>)</summary><ul>{"".join(items)}</ul></details>'
     )
 
 
@@ -200,7 +235,7 @@ def histogram_svg(counts: Sequence[int], edges: Sequence[float], title: str) -> 
     )
 
 
-def _counterexample(result: Mapping[str, Any], col_label: str, col: int) -> str:
+def _counterexample(result: Mapping[str, Any], col_label: str, col: int, run: Mapping[str, Any]) -> str:
     parts = [
         f'<div class="cx cx-{_e(result["status"])}" id="{_anchor("row", col, result["id"])}">'
         f"<h4><code>{_e(result['id'])}</code> on {_e(col_label)}: {_e(_LABEL[result['status']])}</h4>"
@@ -230,7 +265,7 @@ def _counterexample(result: Mapping[str, Any], col_label: str, col: int) -> str:
                 f"<th>reference bits</th><th>reference value</th></tr>{elements}</table>"
             )
     if result["replay"]:
-        parts.append(f"<p>Replay:</p><pre>{_e(result['replay'])}</pre>")
+        parts.append(f"<p>Replay:</p><pre>{_e(runnable(run, result['replay']))}</pre>")
     parts.append("</div>")
     return "".join(parts)
 
@@ -271,7 +306,7 @@ def _contract(report: Mapping[str, Any], spec: Mapping[str, Any] | None, contrac
     for _, _, cells in rows:
         for i, r in sorted(cells.items()):
             if r["status"] in BAD_STATUSES:
-                body.append(_counterexample(r, labels[i], i))
+                body.append(_counterexample(r, labels[i], i, report["runs"][r["run"]]))
     body.append("</section>")
     return "".join(body)
 
@@ -294,8 +329,9 @@ def _runs(report: Mapping[str, Any]) -> str:
             *run["environment"].items(),
         ]
         rows = "".join(f"<dt>{_e(k)}</dt><dd>{_e('—' if v is None else v)}</dd>" for k, v in fields)
+        command = runnable(run, run["command"])
         parts.append(
-            f"<div><h3>Run {i}: {_e(run['column'])}</h3><p>Reproduce with:</p><pre>{_e(run['command'])}</pre>"
+            f"<div><h3>Run {i}: {_e(run['column'])}</h3><p>Reproduce with:</p><pre>{_e(command)}</pre>"
             f'<dl class="env">{rows}</dl></div>'
         )
     parts.append("</div></section>")
@@ -314,9 +350,10 @@ def _specs(report: Mapping[str, Any]) -> str:
     )
 
 
-def render_html(report: Mapping[str, Any]) -> str:
-    """The whole page for ``report`` (a ``report.json`` mapping)."""
-    rows = matrix_rows(report)
+def render_html(report: Mapping[str, Any], show_unimplemented: bool = False) -> str:
+    """The whole page for ``report`` (a ``report.json`` mapping); rows no column implements are left out unless
+    ``show_unimplemented`` (``report.shown_rows``)."""
+    rows, hidden = shown_rows(report, show_unimplemented)
     specs = {s["contract"]: s for s in report["specs"]}
     contracts = list(dict.fromkeys(contract for contract, _, _ in rows))
     sections = "".join(_contract(report, specs.get(c), c, [row for row in rows if row[0] == c]) for c in contracts)
@@ -326,9 +363,9 @@ def render_html(report: Mapping[str, Any]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
         f"{_verdict(report)}"
-        '<nav><a href="#matrix">Matrix</a><a href="#contracts">Contracts</a><a href="#runs">Runs</a>'
-        '<a href="#specs">Specs</a></nav>'
-        f"{_matrix(report)}"
+        '<nav><a href="#reproduce">Reproduce</a><a href="#matrix">Matrix</a><a href="#contracts">Contracts</a>'
+        '<a href="#runs">Runs</a><a href="#specs">Specs</a></nav>'
+        f"{_reproduce(report)}{_matrix(report, rows, hidden)}"
         f'<section id="contracts"><h2>Contracts: cases, counterexamples, error distributions</h2>{sections}</section>'
         f"{_runs(report)}{_specs(report)}"
         "</body></html>\n"

@@ -56,6 +56,7 @@ __all__ = [
     "assemble",
     "clear_report_dir",
     "columns",
+    "hidden_note",
     "load_parts",
     "matrix_rows",
     "merge_reports",
@@ -66,6 +67,8 @@ __all__ = [
     "result_record",
     "row_params",
     "run_record",
+    "runnable",
+    "shown_rows",
     "spec_records",
     "summary_line",
     "validate_report",
@@ -261,6 +264,12 @@ def _incomplete(
             shards = ", ".join(f"{i}/{count}" for i in missing)
             reasons.append((label, f"{label}, {scope}: shards {shards} are missing"))
     return reasons
+
+
+def runnable(run: Mapping[str, Any], line: str) -> str:
+    """A reproduce or replay line of ``run`` as it runs when pasted anywhere: ``cd DIR && line`` where the run's
+    ``module:attr`` backend was found under the directory it ran in (``cwd``), else ``line``."""
+    return f"cd {shlex.quote(run['cwd'])} && {line}" if run.get("cwd") else line
 
 
 def _not_run(run: Mapping[str, Any]) -> str:
@@ -544,8 +553,9 @@ def _write_whole(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def write_reports(report: Mapping[str, Any], report_dir: Path) -> list[Path]:
-    """Write the saved cases, then the four report files; each file is written whole."""
+def write_reports(report: Mapping[str, Any], report_dir: Path, show_unimplemented: bool = False) -> list[Path]:
+    """Write the saved cases, then the four report files; each file is written whole.  ``show_unimplemented``:
+    keep the rows no column implements in ``report.md`` and ``report.html`` (``shown_rows``)."""
     from conformance.html_report import render_html
 
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -557,8 +567,8 @@ def write_reports(report: Mapping[str, Any], report_dir: Path) -> list[Path]:
             _write_whole(path, json.dumps(r["case"]))
     for name, text in (
         ("report.json", json.dumps(report, indent=1) + "\n"),
-        ("report.md", render_markdown(report)),
-        ("report.html", render_html(report)),
+        ("report.md", render_markdown(report, show_unimplemented)),
+        ("report.html", render_html(report, show_unimplemented)),
         ("junit.xml", render_junit(report)),
     ):
         path = report_dir / name
@@ -617,8 +627,30 @@ def matrix_rows(report: Mapping[str, Any]) -> list[tuple[str, str, dict[int, Map
     return [(contract, rid, cells[(contract, rid)]) for contract, rid in [*ordered, *extra]]
 
 
-def render_markdown(report: Mapping[str, Any]) -> str:
+def shown_rows(
+    report: Mapping[str, Any], show_unimplemented: bool = False
+) -> tuple[list[tuple[str, str, dict[int, Mapping[str, Any]]]], int]:
+    """``matrix_rows`` a person reads, and how many were left out: a row that every column reports
+    *not-implemented* says nothing about any implementation, so ``report.md`` and ``report.html`` hide it unless
+    ``show_unimplemented`` (``--show-unimplemented``); ``report.json`` always keeps every row."""
+    rows = matrix_rows(report)
+    if show_unimplemented:
+        return rows, 0
+    kept = [row for row in rows if any(r["status"] != "not-implemented" for r in row[2].values())]
+    return kept, len(rows) - len(kept)
+
+
+def hidden_note(hidden: int) -> str:
+    """The line a rendering prints where it hid rows no column implements (``""`` where it hid none)."""
+    if not hidden:
+        return ""
+    verb = "row that no backend implements is" if hidden == 1 else "rows that no backend implements are"
+    return f"{hidden} {verb} hidden (--show-unimplemented shows them; report.json has every row)."
+
+
+def render_markdown(report: Mapping[str, Any], show_unimplemented: bool = False) -> str:
     cols = columns(report)
+    rows, hidden = shown_rows(report, show_unimplemented)
     lines = [
         "# qconform conformance report",
         "",
@@ -639,7 +671,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             f"{'' if suite['clean'] in (True, None) else ' (uncommitted changes)'}; Python {env['python']}, "
             f"NumPy {env['numpy']}, torch {env['torch']}, triton {env['triton']}, CUDA {env['cuda']}, "
             f"GPU {env['gpu'] or 'none'}, driver {env['driver'] or 'n/a'}",
-            f"  reproduce with: `{run['command']}`",
+            f"  reproduce with: `{runnable(run, run['command'])}`",
         ]
     header = " | ".join(f"`{c.label}`" for c in cols)
     lines += [
@@ -649,7 +681,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"| contract | parameters | {header} | note |",
         f"| --- | --- | {' | '.join('---' for _ in cols)} | --- |",
     ]
-    for contract, _, cells in matrix_rows(report):
+    for contract, _, cells in rows:
         any_result = next(iter(cells.values()))
         marks = " | ".join(
             f"{_ICON[cells[c]['status']]} ({cells[c]['cases']})" if c in cells else "—" for c in range(len(cols))
@@ -662,6 +694,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         )
         note = notes[0][1].replace("|", "/") if notes else ""
         lines.append(f"| `{contract}` | {row_params(any_result)} | {marks} | {note} |")
+    if hidden:
+        lines += ["", hidden_note(hidden)]
     failing = [r for r in report["results"] if r["status"] in BAD_STATUSES]
     if failing:
         lines += ["", "## Counterexamples", ""]
@@ -669,6 +703,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         label = report["runs"][r["run"]]["column"]
         first = r["message"].splitlines()[0] if r["message"] else ""
         lines += [f"### `{r['id']}` on `{label}`: {r['status']}", "", first, ""]
+        rest = r["message"].splitlines()[1:] if r["status"] in ("error", "crashed") and r["message"] else []
+        if rest:  # the traceback's last frames, as the worker sent them
+            lines += ["```", *rest, "```", ""]
         ce = r["counterexample"]
         if ce:
             for t in ce["inputs"]:
@@ -681,7 +718,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                         f"reference {e['reference']} ({e['reference_value']})"
                     )
         if r["replay"]:
-            lines += ["", "```", r["replay"], "```"]
+            lines += ["", "```", runnable(report["runs"][r["run"]], r["replay"]), "```"]
         lines.append("")
     lines += ["", "## Specs", "", "| contract | version | sha256 |", "| --- | ---: | --- |"]
     lines += [f"| `{s['contract']}` | {s['version']} | `{s['sha256'][:16]}` |" for s in report["specs"]]

@@ -102,7 +102,7 @@ def _bin_counts(shares: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Evaluation:
-    status: str  # pass | fail | error | crashed (stop the row, do not shrink)
+    status: str  # pass | fail | error | crashed (stop the row, do not shrink) | skipped (the backend's NotSupported)
     message: str = ""
     mismatches: list[Mismatch] = field(default_factory=list)
     error_counts: dict[str, np.ndarray] = field(default_factory=dict)  # per toleranced output: bin counts
@@ -123,6 +123,29 @@ class ComboResult:
     mismatches: list[Mismatch] = field(default_factory=list)
     error_counts: dict[str, np.ndarray] = field(default_factory=dict)
     """Per output with a tolerance, elements per bin of ``ERROR_BIN_EDGES`` (module docstring)."""
+    skipped: int = 0
+    """Cases the backend turned down by raising ``conformance.backends.NotSupported`` (not in ``cases``)."""
+    skip_reason: str = ""
+
+    def skip(self, evaluation: Evaluation) -> bool:
+        """Count a case the backend raised ``NotSupported`` for (and undo its count in ``cases``); whether it was."""
+        if evaluation.status != "skipped":
+            return False
+        self.cases -= 1
+        self.skipped += 1
+        self.skip_reason = self.skip_reason or evaluation.message
+        return True
+
+    def settle_skips(self) -> None:
+        """A row whose every case was turned down is *not-implemented* with the backend's reason; a row that passed
+        with some turned down says how many in its message."""
+        if not self.skipped or self.status != "pass":
+            return
+        if self.cases == 0:
+            self.status = "not-implemented"
+            self.message = f"every case raised NotSupported ({self.skipped}): {self.skip_reason}"
+        else:
+            self.message = f"{self.skipped} case(s) raised NotSupported, not counted: {self.skip_reason}"
 
     @property
     def id(self) -> str:
@@ -253,6 +276,8 @@ class Runner:
     ) -> Evaluation:
         if isinstance(reference, str):
             return Evaluation("error", reference)
+        if outcome.kind == "raised" and "NotSupported" in outcome.exc_bases:
+            return Evaluation("skipped", outcome.message.splitlines()[0] if outcome.message else outcome.exc_type)
         if outcome.kind == "raised":
             return Evaluation("error", f"backend raised {outcome.exc_type}: {outcome.message}")
         if outcome.kind in ("crash", "timeout"):
@@ -324,6 +349,7 @@ class Runner:
                 self._sweep(spec, combo, result)  # every float32 input: random cases would add nothing
             else:
                 self._random_cases(spec, combo, result)
+        result.settle_skips()
         result.duration_s = time.perf_counter() - start
         return result
 
@@ -333,6 +359,8 @@ class Runner:
             evaluations = self.evaluate_many(spec, batch)
             for case, evaluation in zip(batch, evaluations, strict=False):
                 result.cases += 1
+                if result.skip(evaluation):
+                    continue
                 if case.label.startswith("example:") and (problem := self._check_expectation(spec, case)):
                     self._record(result, case, Evaluation("error", problem))
                     return True
@@ -400,6 +428,11 @@ class Runner:
         def conforms(cases: list[Case]) -> None:
             for case, evaluation in zip(cases, self.evaluate_many(spec, cases), strict=False):
                 result.cases += 1
+                if state["failure"] is None and result.skip(evaluation):
+                    continue
+                if evaluation.status == "skipped":  # while shrinking: not a failure
+                    result.cases -= 1
+                    continue
                 if state["failure"] is None:  # not while shrinking
                     result.count_errors(evaluation)
                 if evaluation.status == "pass":

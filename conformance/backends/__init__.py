@@ -9,7 +9,10 @@ and returns a dict of named outputs (arrays or tensors of the spec's output dtyp
 A contract may be implemented for some parameter sets only: wrap the callable in an
 ``Implementation`` whose ``supports(params)`` returns ``None`` when the set is implemented
 and a reason string when it is not.  Param sets a backend does not implement are reported
-as *not-implemented*, not as failures.
+as *not-implemented*, not as failures.  For one case (an input dtype or a size the callable
+has no path for), the callable raises ``NotSupported(reason)``.  ``validates_inputs`` (on the
+``Backend``, or per ``Implementation``) says whether the callables raise the spec's argument
+errors; it is off by default, so a contract's invalid-input row is *not-implemented*.
 
 Backends are found by name in the entry-point group ``qconform.backends`` (the value is a
 ``Backend`` or a zero-argument callable returning one), or loaded from ``module:attr``::
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from typing import Any, Literal
 
@@ -39,9 +42,17 @@ import numpy as np
 
 from conformance.errors import BackendError
 
-__all__ = ["Backend", "Implementation", "available_backends", "load_backend"]
+__all__ = ["Backend", "Implementation", "NotSupported", "available_backends", "load_backend", "numpy_output"]
 
 ENTRY_POINT_GROUP = "qconform.backends"
+
+
+class NotSupported(Exception):
+    """Raised by a contract's callable for one case it does not implement (a dtype, a size, a value its hardware
+    has no path for), with the reason as its message: that case is skipped and counted, not an error.  A row whose
+    every case raised it is *not-implemented* with the first reason; a row that passed with some skipped passes
+    and its message says how many.  Where a whole parameter set is unsupported, say so in ``supports()`` instead
+    (the row then runs no case at all)."""
 
 
 def _always(params: Mapping[str, Any]) -> str | None:
@@ -54,8 +65,10 @@ class Implementation:
 
     fn: Callable[..., Mapping[str, Any]]
     supports: Callable[[Mapping[str, Any]], str | None] = _always
-    validates_inputs: bool = True
-    """Whether the callable promises the spec's ``invalid`` errors (third-party ops often do not)."""
+    validates_inputs: bool | None = None
+    """Whether the callable promises the spec's ``invalid`` errors (a ``ValueError``/``TypeError`` naming the
+    argument); ``None`` takes the backend's ``validates_inputs`` (off unless the backend says otherwise: third-party
+    ops seldom check their arguments the way a spec's ``invalid`` entries expect)."""
 
 
 @dataclass(frozen=True)
@@ -67,12 +80,21 @@ class Backend:
     array_kind: Literal["numpy", "torch"]
     contracts: Mapping[str, Implementation | Callable[..., Mapping[str, Any]]]
     info: Mapping[str, str] = field(default_factory=dict)
+    validates_inputs: bool = False
+    """The default for contracts whose ``Implementation`` leaves ``validates_inputs`` unset (bare callables
+    included): off, so a contract's invalid-input row is *not-implemented* unless the backend promises the spec's
+    argument errors.  qconform's own ``fast`` and ``reference`` backends set it."""
 
     def implementation(self, contract: str) -> Implementation | None:
+        """The contract's ``Implementation`` (a bare callable wrapped), its ``validates_inputs`` resolved."""
         impl = self.contracts.get(contract)
-        if impl is None or isinstance(impl, Implementation):
-            return impl
-        return Implementation(impl)
+        if impl is None:
+            return None
+        if not isinstance(impl, Implementation):
+            impl = Implementation(impl)
+        if impl.validates_inputs is None:
+            impl = replace(impl, validates_inputs=self.validates_inputs)
+        return impl
 
     def unsupported_reason(self, contract: str, params: Mapping[str, Any]) -> str | None:
         impl = self.implementation(contract)
@@ -94,7 +116,25 @@ class Backend:
             result = impl.fn(**args, **params)
             return {n: torch_arrays.to_numpy(v) for n, v in dict(result).items()}
         result = impl.fn(**{n: np.array(a) for n, a in inputs.items()}, **params)
-        return {n: np.asarray(v) for n, v in dict(result).items()}
+        return {n: numpy_output(v) for n, v in dict(result).items()}
+
+
+_SUB_BYTE_MASK = {"float4": 0x0F, "float6": 0x3F}
+
+
+def numpy_output(value: Any) -> np.ndarray:
+    """An output of a NumPy backend as a carrier: an ml_dtypes float array (``float8_*``, ``float6_*``,
+    ``float4_*``, ``float8_e8m0fnu``) becomes its ``uint8`` codes (sub-byte formats masked to their width), an
+    ml_dtypes ``bfloat16`` array its ``uint16`` bits; anything else is ``np.asarray(value)``."""
+    array = np.asarray(value)
+    name = array.dtype.name
+    if name == "bfloat16" and array.dtype.itemsize == 2:
+        return array.view(np.uint16)
+    if array.dtype.itemsize == 1 and name.startswith(("float8", "float6", "float4")):
+        codes = array.view(np.uint8)
+        mask = _SUB_BYTE_MASK.get(name.split("_")[0])
+        return codes if mask is None else codes & np.uint8(mask)
+    return array
 
 
 def available_backends() -> dict[str, str]:

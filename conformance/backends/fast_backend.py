@@ -39,7 +39,7 @@ def _build(name: str) -> Backend:
         info["triton"] = "not installed"
     if os.environ.get("TRITON_INTERPRET") == "1":
         info["triton_interpreter"] = "on"
-    return Backend(name=name, device=device, array_kind="torch", contracts=contracts, info=info)
+    return Backend(name=name, device=device, array_kind="torch", contracts=contracts, info=info, validates_inputs=True)
 
 
 def backend() -> Backend:

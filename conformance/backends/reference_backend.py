@@ -27,5 +27,10 @@ def _deferred(spec: Spec) -> Callable[..., Mapping[str, Any]]:
 def backend() -> Backend:
     contracts = {spec.contract: _deferred(spec) for spec in load_specs()}
     return Backend(
-        name="reference", device="cpu", array_kind="numpy", contracts=contracts, info={"module": "reference"}
+        name="reference",
+        device="cpu",
+        array_kind="numpy",
+        contracts=contracts,
+        info={"module": "reference"},
+        validates_inputs=True,
     )

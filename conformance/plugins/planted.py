@@ -41,7 +41,13 @@ def _rne_only(params: Mapping[str, Any]) -> str | None:
 
 
 def _cast_backend(name: str, cast: Callable[..., dict[str, np.ndarray]]) -> Backend:
-    return Backend(name=name, device="cpu", array_kind="numpy", contracts={"cast.fp8": Implementation(cast, _rne_only)})
+    return Backend(
+        name=name,
+        device="cpu",
+        array_kind="numpy",
+        contracts={"cast.fp8": Implementation(cast, _rne_only)},
+        validates_inputs=True,
+    )
 
 
 def _ties_away(x: np.ndarray, *, format: str, overflow: str, rounding: str) -> dict[str, np.ndarray]:
@@ -112,7 +118,11 @@ def blocks_swapped() -> Backend:
         return {"out": pairs[:, ::-1].reshape(out.shape)}
 
     return Backend(
-        name="planted-blocks-swapped", device="cpu", array_kind="numpy", contracts={"glu.interleave": interleave}
+        name="planted-blocks-swapped",
+        device="cpu",
+        array_kind="numpy",
+        contracts={"glu.interleave": interleave},
+        validates_inputs=True,
     )
 
 
@@ -139,7 +149,11 @@ def hangs() -> Backend:
         return reference.decode.fp8(codes, format=format)
 
     return Backend(
-        name="planted-hangs", device="cpu", array_kind="numpy", contracts={"cast.fp8": cast, "decode.fp8": decode}
+        name="planted-hangs",
+        device="cpu",
+        array_kind="numpy",
+        contracts={"cast.fp8": cast, "decode.fp8": decode},
+        validates_inputs=True,
     )
 
 
@@ -150,4 +164,10 @@ def nearest_not_stochastic() -> Backend:
         nearest = reference.cast.fp8(x, format=format, overflow=overflow)["codes"]
         return {"codes": np.broadcast_to(nearest, (draws, *nearest.shape)).copy()}
 
-    return Backend(name="planted-nearest", device="cpu", array_kind="numpy", contracts={"stochastic.fp8": draw})
+    return Backend(
+        name="planted-nearest",
+        device="cpu",
+        array_kind="numpy",
+        contracts={"stochastic.fp8": draw},
+        validates_inputs=True,
+    )

@@ -37,7 +37,14 @@ CONTRACTS: dict[str, Fn] = {
 
 def _backend(name: str, **replaced: Fn) -> Backend:
     contracts = {c: replaced.get(c.replace(".", "_"), fn) for c, fn in CONTRACTS.items()}
-    return Backend(name=name, device="cpu", array_kind="numpy", contracts=contracts, info={"module": "reference"})
+    return Backend(
+        name=name,
+        device="cpu",
+        array_kind="numpy",
+        contracts=contracts,
+        info={"module": "reference"},
+        validates_inputs=True,
+    )
 
 
 def reference_subset() -> Backend:
@@ -428,7 +435,14 @@ def supports_raises() -> Backend:
 
     backend = _backend("supports-raises")
     contracts = {**backend.contracts, "decode.fp8": Implementation(reference.decode.fp8, supports)}
-    return Backend(name=backend.name, device="cpu", array_kind="numpy", contracts=contracts, info=dict(backend.info))
+    return Backend(
+        name=backend.name,
+        device="cpu",
+        array_kind="numpy",
+        contracts=contracts,
+        info=dict(backend.info),
+        validates_inputs=backend.validates_inputs,
+    )
 
 
 def hangs_late() -> Backend:
@@ -444,4 +458,5 @@ def hangs_late() -> Backend:
 def glu_only() -> Backend:
     """The reference for ``glu.interleave`` alone: every other contract is not implemented."""
     return Backend(name="glu-only", device="cpu", array_kind="numpy",
-                   contracts={"glu.interleave": reference.glu.interleave}, info={"module": "reference"})  # fmt: skip
+                   contracts={"glu.interleave": reference.glu.interleave}, info={"module": "reference"},
+                   validates_inputs=True)  # fmt: skip
