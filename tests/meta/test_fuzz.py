@@ -180,3 +180,19 @@ def test_ctrl_c_stops_a_fuzz_with_its_reports(tmp_path):
     assert summary["interrupted"] and len(summary["rows"]) == 6
     written = json.loads((report / "report.json").read_text())
     assert len(written["results"]) == 6 and written["runs"][0]["complete"] is False
+
+
+def test_the_hypofuzz_targets_are_given_tests_one_per_row_each_with_its_own_key(test_backends):
+    from hypothesis.internal.reflection import function_digest
+
+    from conformance.hypofuzz import fuzz_targets
+
+    targets = fuzz_targets("reference", "cast.fp8", "format == 'float8_e4m3fn'", max_examples=5)
+    assert len(targets) == 6 and all(name.startswith("test_cast_fp8_format_float8_e4m3fn_") for name in targets)
+    inner = [t.hypothesis.inner_test for t in targets.values()]  # type: ignore[attr-defined]
+    assert len({function_digest(f) for f in inner}) == 6  # one database key per row
+    for test in targets.values():
+        test()
+    (planted,) = fuzz_targets(f"{test_backends}:negative_zero_flushed", "cast.fp8", ONE_ROW, max_examples=5).values()
+    with pytest.raises(AssertionError, match="reference gives 0x80"):
+        planted()
