@@ -7,7 +7,12 @@ hold; vectors do not replay green) -- ``run --shard`` judges its own rows, ``rep
 2 a usage problem (unknown backend, bad ``module:attr``, malformed spec, bad arguments, a ``--where``
 that selects no row, an input that is unreadable or does not fit the others, an unwritable report
 directory), and then nothing is written; 130 interrupted (SIGINT or SIGTERM): ``run`` stops its worker,
-writes the reports of the rows it finished, marked incomplete with the rows it did not run, and says so.
+writes the reports of the rows it finished, marked incomplete with the rows it did not run, and says so
+(``fuzz`` likewise, with the rows' results so far).
+
+``fuzz`` (``fuzz.py``, ``docs/fuzzing.md``) spends a ``--for``/``--cases`` budget in rounds with fresh seeds and
+writes ``run``'s reports plus ``fuzz-summary.json``; ``run --database`` and ``fuzz`` replay the failures stored in
+a failure database first (``Runner.database``).
 
 The verdict line says what it covers (``report.verdict_headline``): ``conformant`` bare only where every
 row ran, else ``conformant on the 25 rows it implements (895 of 920 not implemented)``; a merged matrix
@@ -29,7 +34,7 @@ import shlex
 import signal
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -371,7 +376,9 @@ class _Reports:
         if self.journal is not None:
             self.journal.add(self.records[-1])
 
-    def finish(self, started: dt.datetime, interrupted: bool, log: Any, not_run: Sequence[str] = ()) -> dict[str, Any]:
+    def finish(
+        self, started: dt.datetime, interrupted: bool, log: Callable[[str], None], not_run: Sequence[str] = ()
+    ) -> dict[str, Any]:
         """Write the reports (incomplete where ``interrupted`` or some rows are ``not_run``) and print the verdict;
         returns the report."""
         duration = (dt.datetime.now(dt.timezone.utc) - started).total_seconds()
@@ -458,8 +465,9 @@ def _cmd_fuzz(args: argparse.Namespace, argv: Sequence[str]) -> int:
         interrupted = False
         try:
             if args.replay_only:
+                by_id = {row.id: row for row in fuzzer.rows}
                 replayer = Runner(handle, seed=base_seed, progress=log, database=database, cases=0, boundary=False)
-                replayer.run_rows(selection, lambda result: fuzzer.rows[len(reports.records)].add(result, 0, 0, 0))
+                replayer.run_rows(selection, lambda result: by_id[result.id].add(result, 0, base_seed, 0))
             else:
                 if args.jobs > 1:
                     handle.close()  # the workers start their own

@@ -196,3 +196,40 @@ def test_the_hypofuzz_targets_are_given_tests_one_per_row_each_with_its_own_key(
     (planted,) = fuzz_targets(f"{test_backends}:negative_zero_flushed", "cast.fp8", ONE_ROW, max_examples=5).values()
     with pytest.raises(AssertionError, match="reference gives 0x80"):
         planted()
+
+
+def test_replay_only_rechecks_every_row_with_stored_failures(cli, test_backends, tmp_path):
+    planted, two_rows = f"{test_backends}:negative_zero_flushed", "format == 'float8_e4m3fn' and rounding == 'rne'"
+    args = ["fuzz", "--backend", planted, "--spec", "cast.fp8", "--where", two_rows, "--isolation", "none",
+            "--database", tmp_path / "db", "--quiet"]  # fmt: skip
+    assert cli(*args, "--cases", "20").code == 1
+    again = cli(*args, "--replay-only", "--report", tmp_path / "r")
+    assert again.code == 1
+    results = json.loads((tmp_path / "r" / "report.json").read_text())["results"]
+    assert [(r["status"], r["cases"]) for r in results] == [("fail", 1), ("fail", 1)]
+    summary = json.loads((tmp_path / "r" / "fuzz-summary.json").read_text())
+    assert summary["replay_only"] and [len(r["rounds"]) for r in summary["rows"]] == [1, 1]
+
+
+def test_run_with_a_rounds_seed_and_cases_draws_that_rounds_random_cases(tmp_path):
+    """What ``fuzz-summary.json``'s ``reproduce`` promises: a later round (no boundary cases, an empty
+    database) and ``run --seed S --cases N`` (boundary cases first, no database) draw the same random cases."""
+    (spec,) = load_specs("cast.fp8")
+    ((_, combo),) = select_rows([spec], ONE_ROW.replace("'rne'", "'stochastic'"))
+
+    class Recording(Runner):
+        seen: list[str]
+
+        def evaluate_many(self, spec, cases):  # type: ignore[no-untyped-def]
+            self.seen.extend(c.token() for c in cases)
+            return super().evaluate_many(spec, cases)
+
+    def drawn(**kw: Any) -> list[str]:
+        runner = Recording(InProcessBackend("reference", 60), seed=42, cases=100, **kw)
+        runner.seen = []
+        assert runner.run_combo(spec, combo).status == "pass"
+        return runner.seen
+
+    fuzz_round = drawn(boundary=False, database=DirectoryBasedExampleDatabase(str(tmp_path / "db")))
+    run = drawn()
+    assert len(fuzz_round) == 100 and len(run) > 100 and run[-100:] == fuzz_round
