@@ -49,6 +49,8 @@ DEFAULT_DATABASE = "~/.cache/qconform/fuzz-db"
 DATABASE_ENV = "QCONFORM_FUZZ_DB"
 FIRST_ROUND_CASES = 20
 """Random cases per row in round 0 (the ``smoke`` profile's count)."""
+PROGRESS_EVERY_S = 30.0
+"""Within a long round, a progress line at most this often (and one at each round's end)."""
 MIN_ROUND_S = 1.0
 """The shortest round after round 0 of a time budget, in seconds."""
 MAX_ROW_CASES = 100_000
@@ -229,26 +231,35 @@ class Fuzzer:
         by_id = {row.id: (row, cases) for row, cases in plan}
         started, cases_before = self.clock(), self.cases
         ran = 0
+        last_line = started
 
         def finished(result: ComboResult) -> None:
-            nonlocal ran
+            nonlocal ran, last_line
             row, cases = by_id[result.id]
             row.add(result, index, seed, cases)
             self.cases += result.cases
             ran += 1
             self.on_row(row, result)
+            if self.clock() - last_line >= PROGRESS_EVERY_S and ran < len(plan):
+                last_line = self.clock()
+                self._progress(index, seed, f"{ran}/{len(plan)} rows so far", started, cases_before)
 
         self.execute(plan, seed, index == 0, self.spent, finished)
         duration = self.clock() - started
+        self.rounds.append({"round": index, "seed": seed, "boundary": index == 0, "rows": ran,
+                            "cases": self.cases - cases_before, "duration_s": round(duration, 3)})  # fmt: skip
+        self._progress(index, seed, f"{ran} rows", started, cases_before)
+
+    def _progress(self, index: int, seed: int, rows: str, started: float, cases_before: int) -> None:
+        """A progress line: the round's rows, cases and cases/s; rows covered, cases, failures and budget in all."""
         cases = self.cases - cases_before
-        self.rounds.append({"round": index, "seed": seed, "boundary": index == 0, "rows": ran, "cases": cases,
-                            "duration_s": round(duration, 3)})  # fmt: skip
+        rate = cases / max(self.clock() - started, 1e-9)
         covered = sum(1 for row in self.rows if row.result is not None)
         elapsed = self.clock() - self.start
         self.log(
-            f"qconform fuzz: round {index} (seed {seed}): {ran} rows, {cases:,} cases, "
-            f"{cases / max(duration, 1e-9):,.0f} cases/s; {covered}/{len(self.rows)} rows covered, "
-            f"{self.cases:,} cases in all, {self.failures} failing, {elapsed:.0f} s of {self.budget.describe()}"
+            f"qconform fuzz: round {index} (seed {seed}): {rows}, {cases:,} cases, {rate:,.0f} cases/s; "
+            f"{covered}/{len(self.rows)} rows covered, {self.cases:,} cases in all, {self.failures} failing, "
+            f"{elapsed:.0f} s of {self.budget.describe()}"
         )
 
     def summary(self, backend: str, database: str | None, interrupted: bool) -> dict[str, Any]:

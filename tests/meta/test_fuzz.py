@@ -233,3 +233,24 @@ def test_run_with_a_rounds_seed_and_cases_draws_that_rounds_random_cases(tmp_pat
     fuzz_round = drawn(boundary=False, database=DirectoryBasedExampleDatabase(str(tmp_path / "db")))
     run = drawn()
     assert len(fuzz_round) == 100 and len(run) > 100 and run[-100:] == fuzz_round
+
+
+def test_progress_lines_say_cases_per_second_rows_covered_and_failures():
+    (spec,) = load_specs("cast.fp8")
+    combos = spec.param_combinations()[:3]
+    clock, lines = _Clock(), []
+
+    def execute(plan, seed_value, boundary, stop, on_result):
+        for row, n in plan:
+            clock.now += 20.0  # slow rows: a line within the round too
+            status = "fail" if row.combo == combos[2] else "pass"
+            on_result(ComboResult(spec.contract, dict(row.combo), status, cases=n, duration_s=20.0))
+
+    rows = [FuzzRow(spec, combo, 1.0) for combo in combos]
+    Fuzzer(rows, Budget(seconds=100.0), 0, execute, log=lines.append, clock=clock).run()
+    assert lines[0].startswith("qconform fuzz: round 0 (seed 0): 2/3 rows so far, 40 cases, 1 cases/s; 2/3 rows")
+    assert (
+        lines[1].startswith("qconform fuzz: round 0 (seed 0): 3 rows, 60 cases")
+        and "1 failing, 60 s of 100 s" in lines[1]
+    )
+    assert lines[-1].startswith("qconform fuzz: round 1 (seed 1): 2 rows") and "3/3 rows covered" in lines[-1]
