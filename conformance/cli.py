@@ -50,7 +50,7 @@ from conformance.errors import BackendError, QConformError
 from conformance.expr import check_expression, names_in
 from conformance.parallel import WorkerConfig, run_parallel
 from conformance.progress import Progress
-from conformance.registry import PROFILE_DEFAULTS, PROFILES, load_specs
+from conformance.registry import PROFILE_DEFAULTS, PROFILES, Spec, load_specs
 from conformance.report import (
     BAD_STATUSES,
     Journal,
@@ -66,11 +66,14 @@ from conformance.report import (
     write_reports,
 )
 from conformance.runner import STATUSES, ComboResult, Runner, database_key, row_id, select_rows
-from conformance.shard import parse_shard
+from conformance.shard import Shard, parse_shard
 from conformance.vectors import check_vectors, export_vectors, load_index
 from conformance.worker import InProcessBackend, IsolatedBackend
 
 __all__ = ["main"]
+
+Row = tuple[Spec, dict[str, Any] | None]
+Log = Callable[[str], None]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -278,22 +281,31 @@ class _Interrupts:
                 signal.signal(s, handler)
 
 
-def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    shard = None if args.shard is None else parse_shard(args.shard)
+def _start(
+    args: argparse.Namespace, shard: Shard | None = None
+) -> tuple[list[Spec], list[Row], InProcessBackend | IsolatedBackend, Log]:
+    """What ``run`` and ``fuzz`` start with: the specs and rows selected (usage errors first), the report
+    directory made, the backend open, and the progress log (silent with ``--quiet``)."""
     specs = load_specs(args.spec)
     if args.where is not None:
         check_expression(args.where, {name for spec in specs for name in spec.params})
     _check_selection(specs, args.where, args.spec)
     rows = select_rows(specs, args.where, shard)
-    selected = [row_id(spec, combo) for spec, combo in rows]
     created = [] if args.report is None else prepare_report_dir(args.report)
-    started = dt.datetime.now(dt.timezone.utc)
     try:
         handle = _open_backend(args)
     except (QConformError, BackendError):
         remove_created(created)
         raise
-    log = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    log: Log = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    return specs, rows, handle, log
+
+
+def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    shard = None if args.shard is None else parse_shard(args.shard)
+    started = dt.datetime.now(dt.timezone.utc)
+    specs, rows, handle, log = _start(args, shard)
+    selected = [row_id(spec, combo) for spec, combo in rows]
     where = f", shard {shard}" if shard else ""
     log(f"qconform: backend {handle.description['name']} on {handle.description['device']}, "
         f"{len(specs)} specs, profile {args.profile}, seed {args.seed}{where}")  # fmt: skip
@@ -402,13 +414,10 @@ def _cmd_fuzz(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """``qconform fuzz`` (``fuzz.py``): rounds within the budget, then ``run``'s reports and ``fuzz-summary.json``."""
     from conformance.fuzz import Budget, Fuzzer, FuzzRow, default_database, row_weight
 
-    specs = load_specs(args.spec)
-    if args.where is not None:
-        check_expression(args.where, {name for spec in specs for name in spec.params})
-    _check_selection(specs, args.where, args.spec)
+    started = dt.datetime.now(dt.timezone.utc)
+    specs, selection, handle, log = _start(args)
     directory = args.database if args.database is not None else default_database()
     database = DirectoryBasedExampleDatabase(str(directory))
-    selection = select_rows(specs, args.where)
     known = {
         row_id(s, c) for s, c in selection if c is not None and any(True for _ in database.fetch(database_key(s, c)))
     }
@@ -417,14 +426,6 @@ def _cmd_fuzz(args: argparse.Namespace, argv: Sequence[str]) -> int:
     rows = [FuzzRow(s, c, row_weight(s, row_id(s, c) in known)) for s, c in selection]
     base_seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     budget = Budget(args.duration, args.cases)
-    created = [] if args.report is None else prepare_report_dir(args.report)
-    started = dt.datetime.now(dt.timezone.utc)
-    try:
-        handle = _open_backend(args)
-    except (QConformError, BackendError):
-        remove_created(created)
-        raise
-    log = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     what = "replaying the failures stored" if args.replay_only else f"budget {budget.describe()}, base seed {base_seed}"
     log(f"qconform fuzz: backend {handle.description['name']} on {handle.description['device']}, {len(rows)} rows, "
         f"{what}; database {directory} ({len(known)} rows with stored failures)")  # fmt: skip
