@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from hypothesis.database import DirectoryBasedExampleDatabase
 
@@ -21,6 +22,7 @@ from conformance.registry import load_specs
 from conformance.runner import ComboResult, Runner, database_key, select_rows
 from conformance.worker import InProcessBackend
 
+SCHEMA = json.loads((Path(__file__).parents[2] / "conformance" / "schemas" / "report.schema.json").read_text())
 ONE_ROW = "format == 'float8_e4m3fn' and rounding == 'rne' and overflow == 'saturate'"
 ROW_ID = "cast.fp8[format=float8_e4m3fn,overflow=saturate,rounding=rne]"
 
@@ -40,6 +42,7 @@ def test_a_short_fuzz_of_the_reference_passes_and_says_how_to_reproduce_each_rou
     assert outcome.code == 0, outcome.err
     assert "base seed 7" in outcome.err and outcome.out.startswith("conformant")
     report = json.loads((tmp_path / "r" / "report.json").read_text())
+    jsonschema.validate(report, SCHEMA)
     assert report["runs"][0]["profile"] == "fuzz" and report["runs"][0]["seed"] == 7
     summary = json.loads((tmp_path / "r" / "fuzz-summary.json").read_text())
     assert summary["base_seed"] == 7 and summary["cases"] >= 300 and len(summary["rounds"]) >= 2
@@ -179,6 +182,7 @@ def test_ctrl_c_stops_a_fuzz_with_its_reports(tmp_path):
     summary = json.loads((report / "fuzz-summary.json").read_text())
     assert summary["interrupted"] and len(summary["rows"]) == 6
     written = json.loads((report / "report.json").read_text())
+    jsonschema.validate(written, SCHEMA)
     assert len(written["results"]) == 6 and written["runs"][0]["complete"] is False
 
 
