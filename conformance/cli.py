@@ -493,6 +493,9 @@ def _cmd_fuzz(args: argparse.Namespace, argv: Sequence[str]) -> int:
     covered = sum(1 for row in fuzzer.rows if row.result is not None)
     print(f"qconform fuzz: {fuzzer.cases:,} cases on {covered} of {len(rows)} rows in {len(fuzzer.rounds)} round(s), "
           f"base seed {base_seed}, {fuzzer.failures} failing; database {directory}", file=sys.stderr)  # fmt: skip
+    if not_run and not interrupted:
+        print(f"qconform fuzz: the budget ran out before {len(not_run)} of {len(rows)} rows ran (the report is "
+              "incomplete): give it more time or select fewer rows", file=sys.stderr)  # fmt: skip
     if interrupted:
         return 130
     return 1 if report["verdict"] == "non-conformant" else 0

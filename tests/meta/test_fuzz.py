@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -258,3 +259,22 @@ def test_progress_lines_say_cases_per_second_rows_covered_and_failures():
         and "1 failing, 60 s of 100 s" in lines[1]
     )
     assert lines[-1].startswith("qconform fuzz: round 1 (seed 1): 2 rows") and "3/3 rows covered" in lines[-1]
+
+
+def test_a_budget_spent_before_every_row_ran_gives_an_incomplete_report(cli, tmp_path):
+    outcome = cli("fuzz", "--backend", "reference", "--spec", "cast.fp8", "--where", "format == 'float8_e4m3fn'",
+                  "--isolation", "none", "--database", tmp_path / "db", "--for", "0.001s",
+                  "--report", tmp_path / "r")  # fmt: skip
+    assert outcome.code == 0 and re.search(r"the budget ran out before [56] of 6 rows ran", outcome.err), outcome.err
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    jsonschema.validate(report, SCHEMA)
+    assert report["verdict"] == "incomplete" and len(report["runs"][0]["rows_not_run"]) in (5, 6)  # a loaded machine
+
+
+def test_the_default_database_is_in_the_users_cache_unless_the_environment_says(monkeypatch, tmp_path):
+    from conformance.fuzz import default_database
+
+    monkeypatch.delenv("QCONFORM_FUZZ_DB", raising=False)
+    assert default_database() == Path.home() / ".cache" / "qconform" / "fuzz-db"
+    monkeypatch.setenv("QCONFORM_FUZZ_DB", str(tmp_path / "shared"))
+    assert default_database() == tmp_path / "shared"
