@@ -6,8 +6,8 @@
 backend disagrees with the reference (``Runner.evaluate``).  A test module puts them in its namespace, so
 pytest, and HypoFuzz through pytest's collection, find them; ``examples/test_fuzz_targets.py`` does so,
 with the backend, specs and rows from ``QCONFORM_FUZZ_BACKEND``, ``QCONFORM_FUZZ_SPEC`` and
-``QCONFORM_FUZZ_WHERE``.  Each test's hypothesis database key is its row id (hypothesis keys a test by its
-source, which every generated test shares), so HypoFuzz keeps a corpus per row.
+``QCONFORM_FUZZ_WHERE``.  Each test's hypothesis database key is its backend and row id (hypothesis keys a
+test by its source, which every generated test shares), so HypoFuzz keeps a corpus per backend and row.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _target(spec: Spec, combo: dict[str, Any], backend: str, timeout: float, max
         )
 
     conforms.__name__ = conforms.__qualname__ = name
-    conforms._hypothesis_internal_add_digest = row_id(spec, combo).encode()  # type: ignore[attr-defined]
+    conforms._hypothesis_internal_add_digest = f"{backend}|{row_id(spec, combo)}".encode()  # type: ignore[attr-defined]
     strategy = cases(spec.contract, **combo)
     chosen = settings(max_examples=max_examples, deadline=None, suppress_health_check=list(HealthCheck))
     return chosen(given(strategy)(conforms))

@@ -196,6 +196,8 @@ def test_the_hypofuzz_targets_are_given_tests_one_per_row_each_with_its_own_key(
     assert len(targets) == 6 and all(name.startswith("test_cast_fp8_format_float8_e4m3fn_") for name in targets)
     inner = [t.hypothesis.inner_test for t in targets.values()]  # type: ignore[attr-defined]
     assert len({function_digest(f) for f in inner}) == 6  # one database key per row
+    other = fuzz_targets("fast", "cast.fp8", "format == 'float8_e4m3fn'", max_examples=5).values()
+    assert not {function_digest(f) for f in inner} & {function_digest(t.hypothesis.inner_test) for t in other}
     for test in targets.values():
         test()
     (planted,) = fuzz_targets(f"{test_backends}:negative_zero_flushed", "cast.fp8", ONE_ROW, max_examples=5).values()
