@@ -7,7 +7,12 @@ hold; vectors do not replay green) -- ``run --shard`` judges its own rows, ``rep
 2 a usage problem (unknown backend, bad ``module:attr``, malformed spec, bad arguments, a ``--where``
 that selects no row, an input that is unreadable or does not fit the others, an unwritable report
 directory), and then nothing is written; 130 interrupted (SIGINT or SIGTERM): ``run`` stops its worker,
-writes the reports of the rows it finished, marked incomplete with the rows it did not run, and says so.
+writes the reports of the rows it finished, marked incomplete with the rows it did not run, and says so
+(``fuzz`` likewise, with the rows' results so far).
+
+``fuzz`` (``fuzz.py``, ``docs/fuzzing.md``) spends a ``--for``/``--cases`` budget in rounds with fresh seeds and
+writes ``run``'s reports plus ``fuzz-summary.json``; ``run --database`` and ``fuzz`` replay the failures stored in
+a failure database first (``Runner.database``).
 
 The verdict line says what it covers (``report.verdict_headline``): ``conformant`` bare only where every
 row ran, else ``conformant on the 25 rows it implements (895 of 920 not implemented)``; a merged matrix
@@ -24,16 +29,18 @@ import contextlib
 import datetime as dt
 import json
 import os
+import secrets
 import shlex
 import signal
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import numpy as np
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 from conformance.backends import available_backends, load_backend
 from conformance.bundle import describe, verify_bundle, write_bundle
@@ -43,7 +50,7 @@ from conformance.errors import BackendError, QConformError
 from conformance.expr import check_expression, names_in
 from conformance.parallel import WorkerConfig, run_parallel
 from conformance.progress import Progress
-from conformance.registry import PROFILE_DEFAULTS, PROFILES, load_specs
+from conformance.registry import PROFILE_DEFAULTS, PROFILES, Spec, load_specs
 from conformance.report import (
     BAD_STATUSES,
     Journal,
@@ -59,12 +66,15 @@ from conformance.report import (
     verdict_lines,
     write_reports,
 )
-from conformance.runner import STATUSES, ComboResult, Runner, row_id, select_rows
-from conformance.shard import parse_shard
+from conformance.runner import STATUSES, ComboResult, Runner, database_key, row_id, select_rows
+from conformance.shard import Shard, parse_shard
 from conformance.vectors import check_vectors, export_vectors, load_index
 from conformance.worker import InProcessBackend, IsolatedBackend
 
 __all__ = ["main"]
+
+Row = tuple[Spec, dict[str, Any] | None]
+Log = Callable[[str], None]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -93,6 +103,32 @@ def _parser() -> argparse.ArgumentParser:
     dry_help = "list the selected rows the backend claims (implemented, or n/i and why); run nothing"
     run.add_argument("--dry-run", action="store_true", help=dry_help)
     _add_show_unimplemented(run)
+    run.add_argument("--cases", type=_positive_int, metavar="N",
+                     help="random cases per row instead of the profile's count (reproduces a fuzz round)")  # fmt: skip
+    run.add_argument("--database", type=Path, metavar="DIR",
+                     help="replay the failures stored in this failure database first, and store new ones there "
+                          "(default: none, so a report depends only on the command; see docs/fuzzing.md)")  # fmt: skip
+
+    fuzz = sub.add_parser("fuzz", help="fuzz rows for a time or case budget, with fresh seeds each round")
+    fuzz.add_argument("--backend", default="fast", help="registered name or module:attr (default: fast)")
+    fuzz.add_argument("--spec", default="*", help="glob over contract ids, e.g. 'cast.*' (default: all)")
+    fuzz.add_argument("--where", help="only rows whose params satisfy this expression, e.g. \"rounding == 'rne'\"")
+    budget = fuzz.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--for", dest="duration", type=_duration, metavar="DURATION",
+                        help="time budget: 30s, 10m, 1h (or plain seconds)")  # fmt: skip
+    budget.add_argument("--cases", type=_positive_int, metavar="N", help="case budget: about N cases in all")
+    budget.add_argument("--replay-only", action="store_true",
+                        help="only re-check the failures stored in the database (no budget)")  # fmt: skip
+    fuzz.add_argument("--database", type=Path, metavar="DIR",
+                      help="failure database (default: $QCONFORM_FUZZ_DB, else ~/.cache/qconform/fuzz-db)")  # fmt: skip
+    fuzz.add_argument("--seed", type=int, help="base seed; round i uses seed+i (default: a fresh one, printed)")
+    fuzz.add_argument("--report", type=Path,
+                      help="directory for the reports of run and fuzz-summary.json (rounds and seeds)")  # fmt: skip
+    _add_backend_process_options(fuzz)
+    fuzz.add_argument("--jobs", type=_positive_int, default=1, metavar="N",
+                      help="run each round's rows in N worker processes (default 1)")  # fmt: skip
+    fuzz.add_argument("--quiet", action="store_true", help="no progress lines")
+    _add_show_unimplemented(fuzz)
 
     replay = sub.add_parser("replay", help="replay one counterexample (a qc1: token or a case .json file)")
     replay.add_argument("--backend", default="fast", help="registered name or module:attr (default: fast)")
@@ -136,6 +172,16 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
     return value
+
+
+def _duration(text: str) -> float:
+    """``fuzz --for``: ``30s``, ``10m``, ``1h`` (``fuzz.parse_duration``)."""
+    from conformance.fuzz import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_seconds(text: str) -> float:
@@ -287,28 +333,37 @@ class _Interrupts:
                 signal.signal(s, handler)
 
 
-def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    shard = None if args.shard is None else parse_shard(args.shard)
+def _start(
+    args: argparse.Namespace, shard: Shard | None = None
+) -> tuple[list[Spec], list[Row], InProcessBackend | IsolatedBackend, Log]:
+    """What ``run`` and ``fuzz`` start with: the specs and rows selected (usage errors first), the report
+    directory made, the backend open, and the progress log (silent with ``--quiet``)."""
     specs = load_specs(args.spec)
     if args.where is not None:
         check_expression(args.where, {name for spec in specs for name in spec.params})
     _check_selection(specs, args.where, args.spec)
     rows = select_rows(specs, args.where, shard)
-    selected = [row_id(spec, combo) for spec, combo in rows]
-    created = [] if args.report is None else prepare_report_dir(args.report)
-    started = dt.datetime.now(dt.timezone.utc)
+    dry = getattr(args, "dry_run", False)  # a dry run writes nothing
+    created = [] if args.report is None or dry else prepare_report_dir(args.report)
     try:
         handle = _open_backend(args)
     except (QConformError, BackendError):
         remove_created(created)
         raise
+    log: Log = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    return specs, rows, handle, log
+
+
+def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    shard = None if args.shard is None else parse_shard(args.shard)
+    started = dt.datetime.now(dt.timezone.utc)
+    specs, rows, handle, log = _start(args, shard)
+    selected = [row_id(spec, combo) for spec, combo in rows]
     if args.dry_run:
-        remove_created(created)
         try:
             return _dry_run(handle, rows)
         finally:
             handle.close()
-    log = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     where = f", shard {shard}" if shard else ""
     log(f"qconform: backend {handle.description['name']} on {handle.description['device']}, "
         f"{len(specs)} specs, profile {args.profile}, seed {args.seed}{where}")  # fmt: skip
@@ -325,22 +380,11 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     )
     if (found_in := _found_in_cwd(args.backend)) is not None:
         run["cwd"] = found_in
-    specs_seen = spec_records(specs)
-    journal = None
-    if args.report is not None:
-        clear_report_dir(args.report)
-        journal = Journal(args.report, run, specs_seen)
-    records: list[dict[str, Any]] = []
-
-    def finished(result: ComboResult) -> None:
-        records.append(result_record(result, 0))
-        if journal is not None:
-            journal.add(records[-1])
-
+    reports = _Reports(args.report, run, spec_records(specs), selected, args.show_unimplemented)
     progress = Progress(len(selected), quiet=args.quiet)
 
     def done(result: ComboResult) -> None:
-        finished(result)
+        reports.add(result)
         progress.row(result)
 
     with _Interrupts() as interrupts:
@@ -348,10 +392,20 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         try:
             if args.jobs > 1:
                 handle.close()  # the workers start their own
-                config = WorkerConfig(args.backend, args.isolation, args.timeout, args.profile, args.seed)
+                database = None if args.database is None else str(args.database)
+                config = WorkerConfig(
+                    args.backend, args.isolation, args.timeout, args.profile, args.seed, database, args.cases
+                )
                 run_parallel(rows, config, args.jobs, done)
             else:
-                Runner(handle, profile=args.profile, seed=args.seed, progress=progress.note).run_rows(rows, done)
+                Runner(
+                    handle,
+                    profile=args.profile,
+                    seed=args.seed,
+                    progress=progress.note,
+                    database=_database(args.database),
+                    cases=args.cases,
+                ).run_rows(rows, done)
         except KeyboardInterrupt:
             interrupted = True
             interrupts.hold()
@@ -359,25 +413,157 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         finally:
             handle.close()
             progress.close()
-        duration = (dt.datetime.now(dt.timezone.utc) - started).total_seconds()
-        run.update(complete=not interrupted, duration_s=round(duration, 3))
-        if interrupted:
-            finished_ids = {r["id"] for r in records}
-            run.update(rows_selected=len(selected), rows_not_run=[i for i in selected if i not in finished_ids])
-        report = assemble([run], specs_seen, records, args.report)
-        if args.report is not None and journal is not None:
-            if not interrupted:
-                journal.end(duration)
-            for path in write_reports(report, args.report, args.show_unimplemented):
-                log(f"wrote {path}")
-            journal.remove()
-        _print_verdict(report)
+        report = reports.finish(started, interrupted, log)
     if interrupted:
         wrote = f"wrote the incomplete report to {args.report}" if args.report is not None else "no --report given"
-        print(f"qconform: interrupted after {len(records)} of {len(selected)} rows ({len(selected) - len(records)} "
+        done_rows = len(reports.records)
+        print(f"qconform: interrupted after {done_rows} of {len(selected)} rows ({len(selected) - done_rows} "
               f"not run); {wrote}; to finish, run it again: {run['command']}", file=sys.stderr)  # fmt: skip
         return 130
     # a shard's report is incomplete by itself (report merge judges the whole); the run judges its own rows
+    return 1 if report["verdict"] == "non-conformant" else 0
+
+
+def _database(directory: Path | None) -> DirectoryBasedExampleDatabase | None:
+    """The failure database in ``directory`` (``Runner.database``), or none."""
+    return None if directory is None else DirectoryBasedExampleDatabase(str(directory))
+
+
+class _Reports:
+    """The reports of one run (``run`` or ``fuzz``) in ``report_dir`` (or none): ``add`` each finished row (it goes
+    to the journal, ``results.jsonl``, at once), ``finish`` to write the reports and print the verdict."""
+
+    def __init__(
+        self,
+        report_dir: Path | None,
+        run: dict[str, Any],
+        specs: list[dict[str, Any]],
+        selected: Sequence[str],
+        show_unimplemented: bool = False,
+    ):
+        self.report_dir, self.run, self.specs, self.selected = report_dir, run, specs, list(selected)
+        self.show_unimplemented = show_unimplemented
+        self.records: list[dict[str, Any]] = []
+        self.journal = None
+        if report_dir is not None:
+            clear_report_dir(report_dir)
+            self.journal = Journal(report_dir, run, specs)
+
+    def add(self, result: ComboResult) -> None:
+        self.records.append(result_record(result, 0))
+        if self.journal is not None:
+            self.journal.add(self.records[-1])
+
+    def finish(
+        self, started: dt.datetime, interrupted: bool, log: Callable[[str], None], not_run: Sequence[str] = ()
+    ) -> dict[str, Any]:
+        """Write the reports (incomplete where ``interrupted`` or some rows are ``not_run``) and print the verdict;
+        returns the report."""
+        duration = (dt.datetime.now(dt.timezone.utc) - started).total_seconds()
+        finished_ids = {r["id"] for r in self.records}
+        missing = [i for i in self.selected if i not in finished_ids] if interrupted else list(not_run)
+        self.run.update(complete=not (interrupted or missing), duration_s=round(duration, 3))
+        if interrupted or missing:
+            self.run.update(rows_selected=len(self.selected), rows_not_run=missing)
+        report = assemble([self.run], self.specs, self.records, self.report_dir)
+        if self.report_dir is not None and self.journal is not None:
+            if not interrupted:
+                self.journal.end(duration)
+            for path in write_reports(report, self.report_dir, self.show_unimplemented):
+                log(f"wrote {path}")
+            self.journal.remove()
+        _print_verdict(report)
+        return report
+
+
+def _cmd_fuzz(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """``qconform fuzz`` (``fuzz.py``): rounds within the budget, then ``run``'s reports and ``fuzz-summary.json``."""
+    from conformance.fuzz import Budget, Fuzzer, FuzzRow, default_database, row_weight
+
+    started = dt.datetime.now(dt.timezone.utc)
+    specs, selection, handle, log = _start(args)
+    directory = args.database if args.database is not None else default_database()
+    database = DirectoryBasedExampleDatabase(str(directory))
+    known = {
+        row_id(s, c) for s, c in selection if c is not None and any(True for _ in database.fetch(database_key(s, c)))
+    }
+    if args.replay_only:
+        selection = [(s, c) for s, c in selection if row_id(s, c) in known]
+    rows = [FuzzRow(s, c, row_weight(s, row_id(s, c) in known)) for s, c in selection]
+    base_seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    budget = Budget(args.duration, args.cases)
+    what = "replaying the failures stored" if args.replay_only else f"budget {budget.describe()}, base seed {base_seed}"
+    log(f"qconform fuzz: backend {handle.description['name']} on {handle.description['device']}, {len(rows)} rows, "
+        f"{what}; database {directory} ({len(known)} rows with stored failures)")  # fmt: skip
+    command = ["qconform", *argv] + ([] if args.seed is not None or args.replay_only else ["--seed", str(base_seed)])
+    run = run_record(
+        backend=handle.description,
+        backend_arg=args.backend,
+        spec=args.spec,
+        where=args.where,
+        shard=None,
+        profile="fuzz",
+        seed=base_seed,
+        command=shlex.join(command),
+        started=started,
+    )
+    reports = _Reports(args.report, run, spec_records(specs), [row.id for row in rows], args.show_unimplemented)
+
+    def on_row(row: FuzzRow, result: ComboResult) -> None:
+        if result.status not in ("pass", "not-implemented"):
+            first = result.message.splitlines()[0] if result.message else ""
+            log(f"{result.status.upper()} {result.id}: {first}")
+
+    def execute(plan: Any, seed: int, boundary: bool, stop: Any, on_result: Any) -> None:
+        if args.jobs > 1:
+            config = WorkerConfig(args.backend, args.isolation, args.timeout, "smoke", seed, str(directory), None,
+                                  boundary)  # fmt: skip
+            run_parallel([(row.spec, row.combo) for row, _ in plan], config, args.jobs, on_result, [n for _, n in plan])
+            return
+        runner = Runner(handle, profile="smoke", seed=seed, progress=log, database=database, boundary=boundary)
+        for row, cases in plan:
+            if stop():
+                return
+            runner.cases = cases
+            on_result(runner.run_invalid(row.spec) if row.combo is None else runner.run_combo(row.spec, row.combo))
+
+    fuzzer = Fuzzer(rows, budget, base_seed, execute, log=log, on_row=on_row)
+    with _Interrupts() as interrupts:
+        interrupted = False
+        try:
+            if args.replay_only:
+                by_id = {row.id: row for row in fuzzer.rows}
+                replayer = Runner(handle, seed=base_seed, progress=log, database=database, cases=0, boundary=False)
+                replayer.run_rows(selection, lambda result: by_id[result.id].add(result, 0, base_seed, 0))
+            else:
+                if args.jobs > 1:
+                    handle.close()  # the workers start their own
+                fuzzer.run()
+        except KeyboardInterrupt:
+            interrupted = True
+            interrupts.hold()
+            handle.abort()
+        finally:
+            handle.close()
+        for row in fuzzer.rows:
+            if row.result is not None:
+                reports.add(row.result)
+        not_run = [row.id for row in fuzzer.rows if row.result is None]
+        report = reports.finish(started, interrupted, log, not_run)
+        summary = fuzzer.summary(args.backend, str(directory), interrupted)
+        summary["replay_only"] = bool(args.replay_only)
+        if args.report is not None:
+            path = args.report / "fuzz-summary.json"
+            path.write_text(json.dumps(summary, indent=1) + "\n")
+            log(f"wrote {path}")
+    covered = sum(1 for row in fuzzer.rows if row.result is not None)
+    print(f"qconform fuzz: {fuzzer.cases:,} cases on {covered} of {len(rows)} rows in {len(fuzzer.rounds)} round(s), "
+          f"base seed {base_seed}, {fuzzer.failures} failing; database {directory}", file=sys.stderr)  # fmt: skip
+    if not_run and not interrupted:
+        print(f"qconform fuzz: the budget ran out before {len(not_run)} of {len(rows)} rows ran (the report is "
+              "incomplete): give it more time or select fewer rows", file=sys.stderr)  # fmt: skip
+    if interrupted:
+        return 130
     return 1 if report["verdict"] == "non-conformant" else 0
 
 
@@ -520,6 +706,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_backends()
         if args.command == "run":
             return _cmd_run(args, argv)
+        if args.command == "fuzz":
+            return _cmd_fuzz(args, argv)
         if args.command == "report":
             return _cmd_merge(args)
         if args.command == "bundle":

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hypothesis.database import DirectoryBasedExampleDatabase
+
 from conformance.registry import Spec, load_spec
 from conformance.runner import ComboResult, Runner
 
@@ -40,6 +42,12 @@ class WorkerConfig:
     timeout: float
     profile: str
     seed: int
+    database: str | None = None
+    """The directory of the failure database (``Runner.database``), or none."""
+    cases: int | None = None
+    """Random cases per row (``Runner.cases``); ``None``: the profile's."""
+    boundary: bool = True
+    """Whether rows run their examples and boundary cases (``Runner.boundary``)."""
 
 
 _RUNNER: Runner | None = None
@@ -53,7 +61,16 @@ def _start_worker(config: WorkerConfig) -> None:
     signal.signal(signal.SIGTERM, _stop_worker)  # the parent stops a worker so: take its backend process along
 
     handle = (IsolatedBackend if config.isolation == "process" else InProcessBackend)(config.backend, config.timeout)
-    _RUNNER = Runner(handle, profile=config.profile, seed=config.seed, quiet_sweep=True)
+    database = None if config.database is None else DirectoryBasedExampleDatabase(config.database)
+    _RUNNER = Runner(
+        handle,
+        profile=config.profile,
+        seed=config.seed,
+        quiet_sweep=True,
+        database=database,
+        cases=config.cases,
+        boundary=config.boundary,
+    )
 
 
 def _stop_worker(signum: int, frame: object) -> None:
@@ -64,9 +81,11 @@ def _stop_worker(signum: int, frame: object) -> None:
     os._exit(128 + signum)
 
 
-def _run_row(path: str, combo: dict[str, Any] | None) -> ComboResult:
+def _run_row(path: str, combo: dict[str, Any] | None, cases: int | None = None) -> ComboResult:
     assert _RUNNER is not None
     spec = load_spec(Path(path))
+    if cases is not None:
+        _RUNNER.cases = cases
     return _RUNNER.run_invalid(spec) if combo is None else _RUNNER.run_combo(spec, combo)
 
 
@@ -80,8 +99,10 @@ def run_parallel(
     config: WorkerConfig,
     jobs: int,
     on_result: Callable[[ComboResult], None],
+    cases: Sequence[int | None] | None = None,
 ) -> list[ComboResult]:
     """Run ``rows`` in ``jobs`` worker processes; ``on_result`` sees each row as it finishes (in this process).
+    ``cases``, where given, holds each row's random cases (``Runner.cases``; ``None``: the config's).
 
     When a worker dies, every row then running is tried again in fresh workers, each alone; a row
     whose worker dies while it runs alone is ``crashed``.
@@ -93,7 +114,7 @@ def run_parallel(
     while pending:
         with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker, initargs=(config,)) as pool:
             try:
-                _drain(pool, rows, pending, suspects, results, on_result, jobs)
+                _drain(pool, rows, pending, suspects, results, on_result, jobs, cases or [config.cases] * len(rows))
             except KeyboardInterrupt:  # stop the workers now; the caller writes what finished
                 for process in list(getattr(pool, "_processes", {}).values()):
                     process.terminate()
@@ -110,6 +131,7 @@ def _drain(
     results: list[ComboResult],
     on_result: Callable[[ComboResult], None],
     jobs: int,
+    cases: Sequence[int | None],
 ) -> None:
     """Run the ``pending`` rows in ``pool`` until they are done or a worker dies (``run_parallel``)."""
     running: dict[Future[ComboResult], int] = {}
@@ -120,7 +142,7 @@ def _drain(
                 break  # a row that was running when a worker died runs alone
             index = queue.pop(0)
             spec, combo = rows[index]
-            running[pool.submit(_run_row, str(spec.path), combo)] = index
+            running[pool.submit(_run_row, str(spec.path), combo, cases[index])] = index
         done, _ = wait(running, return_when=FIRST_COMPLETED)
         for future in done:
             index = running.pop(future)

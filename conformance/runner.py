@@ -20,6 +20,10 @@ counts how much of the tolerance its elements use (``compare.tolerance_usage``) 
 ``ERROR_BIN_EDGES``, over the cases before its first failure: the report's error-distribution
 plot.  ``run`` takes a ``shard`` (``shard.py``) and hands each finished row to ``on_result``, so
 a caller can write results as they come.
+
+With a ``database`` (a hypothesis ``ExampleDatabase``, e.g. ``DirectoryBasedExampleDatabase``), each
+row first replays the failing cases stored under its row id (``database_key``), stores the case of a
+new failure there, and lets hypothesis replay and store its own failing examples too (``random_settings``).
 """
 
 from __future__ import annotations
@@ -34,10 +38,11 @@ from typing import Any, Protocol
 import hypothesis.strategies as st
 import numpy as np
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+from hypothesis.database import ExampleDatabase
 
 from conformance import exhaustive
 from conformance.carriers import carrier_to_bits
-from conformance.case import Case, TensorBits
+from conformance.case import Case, TensorBits, decode_token
 from conformance.compare import Mismatch, compare_outputs, tolerance_usage
 from conformance.expr import evaluate as evaluate_expr
 from conformance.expr import names_in
@@ -56,6 +61,7 @@ __all__ = [
     "batches",
     "cases_per_example",
     "combo_id",
+    "database_key",
     "random_case_lists",
     "random_settings",
     "row_id",
@@ -165,14 +171,16 @@ class _Abort(BaseException):
     """Stops hypothesis at once (crash or timeout): shrinking would restart the worker per step."""
 
 
-def random_settings(max_examples: int) -> settings:
-    """How a row draws its random cases: no example database, no deadline, quiet, seeded by the caller."""
+def random_settings(max_examples: int, database: ExampleDatabase | None = None) -> settings:
+    """How a row draws its random cases: no deadline, quiet, seeded by the caller; with a ``database`` (a
+    hypothesis ``ExampleDatabase``) the failures stored under the row's key (``database_key``) are replayed
+    first and new ones stored, without one (the default of ``run``: reports stay reproducible) nothing is."""
     return settings(
         max_examples=max_examples,
-        database=None,
+        database=database,
         deadline=None,
         derandomize=False,
-        phases=(Phase.generate, Phase.shrink),
+        phases=(Phase.generate, Phase.shrink) if database is None else (Phase.reuse, Phase.generate, Phase.shrink),
         verbosity=Verbosity.quiet,
         report_multiple_bugs=False,
         suppress_health_check=list(HealthCheck),
@@ -183,6 +191,16 @@ def random_settings(max_examples: int) -> settings:
 def row_seed(seed_value: int, spec: Spec, combo: Mapping[str, Any]) -> int:
     """The hypothesis seed of a row's random cases: ``--seed`` and the row id, nothing else."""
     return zlib.crc32(f"{seed_value}|{combo_id(spec.contract, combo)}".encode())
+
+
+def database_key(spec: Spec, combo: Mapping[str, Any], per_example: int | None = None) -> bytes:
+    """The keys of a row in an example database: with ``per_example``, hypothesis's choice sequences of its
+    failing examples of that many cases (hypothesis would key them by the test function's source, the same
+    for every row; a sequence of 16 cases replayed as 10 would lose the last six, so each list size has its
+    own key); without, the row's failing cases themselves, as replay tokens (``Case.token``), replayed first
+    by every run with that database, whatever its profile."""
+    row = combo_id(spec.contract, combo)
+    return f"qconform:{row}".encode() if per_example is None else f"qconform:{row}|{per_example}".encode()
 
 
 CASES_PER_EXAMPLE = 16
@@ -232,8 +250,17 @@ class Runner:
         seed: int = 0,
         progress: Callable[[str], None] | None = None,
         quiet_sweep: bool = False,
+        database: ExampleDatabase | None = None,
+        cases: int | None = None,
+        boundary: bool = True,
     ):
         self.quiet_sweep = quiet_sweep
+        self.database = database
+        """Where random rows replay and store their failures (``random_settings``); ``None``: nowhere."""
+        self.cases = cases
+        """Random cases per row; ``None``: the profile's count (``Spec.examples_for``)."""
+        self.boundary = boundary
+        """Whether rows run their regression examples and boundary cases (``deterministic_cases``)."""
         self.handle = handle
         self.profile = profile
         self.seed = seed
@@ -344,14 +371,40 @@ class Runner:
         if reason is not None:
             result.status, result.message = "not-implemented", reason
             return result
-        if not self._deterministic(spec, combo, result):
+        if not (
+            self._replay_stored(spec, combo, result) or (self.boundary and self._deterministic(spec, combo, result))
+        ):
             if self.profile == "exhaustive" and exhaustive.eligible(spec):
                 self._sweep(spec, combo, result)  # every float32 input: random cases would add nothing
             else:
                 self._random_cases(spec, combo, result)
         result.settle_skips()
+        if self.database is not None and result.case is not None and result.status in ("fail", "error", "crashed"):
+            self.database.save(database_key(spec, combo), result.case.token().encode())
         result.duration_s = time.perf_counter() - start
         return result
+
+    def _replay_stored(self, spec: Spec, combo: Mapping[str, Any], result: ComboResult) -> bool:
+        """Replay the row's failing cases stored in the database (``database_key``), dropping those that now
+        pass; whether one still fails (recorded, so the row stops there)."""
+        if self.database is None:
+            return False
+        key = database_key(spec, combo)
+        for blob in sorted(self.database.fetch(key), key=len):
+            try:
+                case = decode_token(blob.decode())
+            except Exception:  # not a token of this suite's (an older format): useless, drop it
+                self.database.delete(key, blob)
+                continue
+            evaluation = self.evaluate(spec, case)
+            result.cases += 1
+            if evaluation.status == "pass":
+                self.database.delete(key, blob)
+                continue
+            self._record(result, case, evaluation)
+            result.message = f"{evaluation.message} (a failure stored in the database, replayed first)"
+            return True
+        return False
 
     def _deterministic(self, spec: Spec, combo: Mapping[str, Any], result: ComboResult) -> bool:
         """Run the row's examples and boundary cases in batches (``batches``); whether one did not pass."""
@@ -417,13 +470,12 @@ class Runner:
     def _random_cases(self, spec: Spec, combo: Mapping[str, Any], result: ComboResult) -> None:
         """The row's random cases, drawn by hypothesis ``cases_per_example`` at a time (one backend batch each)
         and shrunk, all of a failing example's cases together, to a minimal counterexample."""
-        n = spec.examples_for(self.profile)
+        n = spec.examples_for(self.profile) if self.cases is None else self.cases
         if n == 0:
             return
         state: dict[str, Any] = {"failure": None}
         per_example = cases_per_example(n)
 
-        @random_settings(-(-n // per_example))
         @given(random_case_lists(spec, combo, n))
         def conforms(cases: list[Case]) -> None:
             for case, evaluation in zip(cases, self.evaluate_many(spec, cases), strict=False):
@@ -442,7 +494,9 @@ class Runner:
                     raise _Abort
                 raise _Failed(evaluation.message)
 
-        seeded = seed(row_seed(self.seed, spec, combo))(conforms)
+        # settings after the seed: ``seed`` turns the database off, the settings put back the runner's
+        seeded = random_settings(-(-n // per_example), self.database)(seed(row_seed(self.seed, spec, combo))(conforms))
+        seeded._hypothesis_internal_database_key = database_key(spec, combo, per_example)  # type: ignore[attr-defined]
         try:
             seeded()
         except (_Failed, _Abort):
