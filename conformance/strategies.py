@@ -23,7 +23,7 @@ import hypothesis.strategies as st
 import numpy as np
 from hypothesis import assume
 
-from conformance.carriers import get_dtype
+from conformance.carriers import bits_to_carrier, get_dtype
 from conformance.case import Case, TensorBits
 from conformance.expr import evaluate
 from conformance.registry import Spec
@@ -276,6 +276,18 @@ def _companion(
     return TensorBits(dtype, array)
 
 
+def _amax_companion(x: TensorBits, companion: TensorBits) -> TensorBits:
+    """A float32 companion filled with max |x| over the non-NaN elements of ``x``: a value class's
+    ``amax_inputs`` (a given amax that agrees with the data, so the class's construction holds there too)."""
+    if companion.dtype != "float32" or get_dtype(x.dtype).kind != "float":
+        return companion
+    with np.errstate(invalid="ignore"):
+        magnitude = np.abs(bits_to_carrier(x.bits, x.dtype).astype(np.float32))
+    finite = magnitude[~np.isnan(magnitude)]
+    amax = np.float32(finite.max()) if finite.size else np.float32(0)
+    return TensorBits("float32", np.full(companion.bits.shape, amax, np.float32).view(np.uint32))
+
+
 def _boundary_members(spec: Spec, params: Mapping[str, Any]) -> list[dict[str, tuple[int, ...]]]:
     """Member-param assignments of boundary cases: all smallest, and each param all equal or ragged.
 
@@ -342,6 +354,8 @@ def boundary_cases(spec: Spec, fixed: Mapping[str, Any]) -> Iterator[Case]:
                         dtypes = input_dtypes(decl, params)
                         dt = dtype if dtype in dtypes else dtypes[0]
                         inputs[name] = _companion(spec, name, params, dt, shape_of(spec, name, dims), label)
+                        if name in vc.get("amax_inputs", ()):
+                            inputs[name] = _amax_companion(inputs[first_input], inputs[name])
                     where = f"@{place}" if place else ""
                     yield Case(spec.contract, params, inputs, f"{label}{where}/{_dims_label(dims)}")
 

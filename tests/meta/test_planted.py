@@ -136,19 +136,13 @@ SCALE_BUGS = [
         2,  # a spec example: an all-zero x and a history whose newest entry is 0; other fused rows pass
         id="fp8-delayed-degenerate-state",
     ),
-    # Not caught by smoke today: the inputs it needs are not generated yet (issue #32).
     pytest.param(
         "nvfp4_block_scale_association",
         "quant.nvfp4",
         f"{NVFP4_TE} and usage == 'rowwise' and zero_scale == 'flt_max'",
         "scales",
-        4096,
+        64 * 224,  # the spec's scale_decision_points class: block amaxes fl32(mu / c) +- 3 ulps, c = fl32(S_enc/6)
         id="nvfp4-block-scale-ulp",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="needs block amaxes b = fl32(mu / c) +- 1..3 ulps for E4M3 midpoints mu, c = fl32(S_enc *"
-            " fl32(1/6)), under a tensor amax whose S_enc = fl32(2688 / amax) is not a power of two",
-        ),
     ),
     pytest.param(
         "fp8_tensor_amax_first_chunk",
