@@ -288,6 +288,23 @@ def _amax_companion(x: TensorBits, companion: TensorBits) -> TensorBits:
     return TensorBits("float32", np.full(companion.bits.shape, amax, np.float32).view(np.uint32))
 
 
+def _first_values(vc: Mapping[str, Any]) -> list[tuple[dict[str, float], str]]:
+    """A class's ``first`` (``{input: [v, ...]}``): one boundary case per listed value of each input, that
+    input's first element set to it (degenerate state: a history whose newest entry is 0, -0, negative)."""
+    firsts = [
+        ({name: value}, f"[{name}[0]={value!r}]") for name, values in vc.get("first", {}).items() for value in values
+    ]
+    return firsts or [({}, "")]
+
+
+def _with_first(companion: TensorBits, value: float) -> TensorBits:
+    """``companion`` with its first element set to ``value`` (a float input; its sign kept for -0.0)."""
+    bits = companion.bits.copy()
+    if bits.size:
+        bits.reshape(-1)[0] = values_to_bits([value], companion.dtype)[0]
+    return TensorBits(companion.dtype, bits)
+
+
 def _boundary_members(spec: Spec, params: Mapping[str, Any]) -> list[dict[str, tuple[int, ...]]]:
     """Member-param assignments of boundary cases: all smallest, and each param all equal or ragged.
 
@@ -341,7 +358,9 @@ def boundary_cases(spec: Spec, fixed: Mapping[str, Any]) -> Iterator[Case]:
                         inputs[name] = _companion(spec, name, params, input_dtypes(decl, params)[0], pool.shape, label)
                     yield Case(spec.contract, params, inputs, label)
                     continue
-                for dims, place in _class_shapes(spec, params, vc):
+                for (dims, place), (first, first_label) in itertools.product(
+                    _class_shapes(spec, params, vc), _first_values(vc)
+                ):
                     shape = shape_of(spec, first_input, dims)
                     if int(np.prod(shape)) > BOUNDARY_MAX_NUMEL:
                         continue
@@ -356,8 +375,10 @@ def boundary_cases(spec: Spec, fixed: Mapping[str, Any]) -> Iterator[Case]:
                         inputs[name] = _companion(spec, name, params, dt, shape_of(spec, name, dims), label)
                         if name in vc.get("amax_inputs", ()):
                             inputs[name] = _amax_companion(inputs[first_input], inputs[name])
+                        if name in first:
+                            inputs[name] = _with_first(inputs[name], first[name])
                     where = f"@{place}" if place else ""
-                    yield Case(spec.contract, params, inputs, f"{label}{where}/{_dims_label(dims)}")
+                    yield Case(spec.contract, params, inputs, f"{label}{where}{first_label}/{_dims_label(dims)}")
 
 
 def _class_shapes(

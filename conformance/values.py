@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 _FLOAT_LAYOUT = {"float32": (8, 23), "float16": (5, 10), "bfloat16": (8, 7), "float64": (11, 52)}
-ARRAY_CLASSES = ("zero_blocks", "outlier_blocks", "lone_extreme", "scale_decision_points")
+ARRAY_CLASSES = ("zero_blocks", "outlier_blocks", "lone_extreme", "scale_decision_points", "zeros")
 """Classes that act on a whole array after its elements are drawn (``apply_block_class``); their elements are
 ``normal`` ones."""
 EXTREME_PLACES = ("last", "middle", "second_chunk")
@@ -158,7 +158,7 @@ def values_to_bits(values: Any, dtype: str) -> np.ndarray:
 
 def _class_key(value_class: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     """A hashable key of a class (its ``dims`` mapping as sorted pairs); the pools do not depend on ``dims``."""
-    return tuple(sorted((str(k), v) for k, v in value_class.items() if k not in ("dims", "at", "amax_inputs")))
+    return tuple(sorted((str(k), v) for k, v in value_class.items() if k not in ("dims", "at", "amax_inputs", "first")))
 
 
 def boundary_pool(value_class: Mapping[str, Any], dtype: str) -> np.ndarray:
@@ -281,7 +281,8 @@ def _bulk_sampler(key: tuple[tuple[str, Any], ...], dtype: str) -> Sampler:
 def apply_block_class(
     bits: np.ndarray, dtype: str, value_class: Mapping[str, Any], rng: np.random.Generator
 ) -> np.ndarray:
-    """Zero whole blocks, or put one large outlier in each block, along the last axis; or (``lone_extreme``)
+    """Zero whole blocks, or put one large outlier in each block, along the last axis; or (``zeros``) make every
+    element +-0; or (``scale_decision_points``) build NVFP4 block amaxes on E4M3 midpoints; or (``lone_extreme``)
     plant one value of larger magnitude than every other finite element of the array at ``at`` (one of
     ``EXTREME_PLACES``, drawn when the class names none).
 
@@ -296,6 +297,11 @@ def apply_block_class(
         return _lone_extreme(bits, dtype, str(value_class.get("at") or rng.choice(EXTREME_PLACES)), rng)
     if name == "scale_decision_points":
         return _scale_decision_points(bits, dtype, value_class, rng)
+    if name == "zeros":  # every element +-0 (drawn signs): a degenerate all-zero input, amax 0
+        if get_dtype(dtype).kind != "float":
+            return np.zeros_like(bits)
+        sign = bits.dtype.type(1 << (get_dtype(dtype).bits - 1))
+        return np.where(rng.integers(0, 2, size=bits.shape) == 1, sign, bits.dtype.type(0)).astype(bits.dtype)
     block = int(value_class.get("block", 32))
     out = bits.copy()
     width = out.shape[-1]

@@ -193,3 +193,25 @@ def test_planted_scale_bug_rows_exist(
     assert rows, f"{planted}: no row matches {where!r}"
     for spec, combo in rows:
         assert backend.unsupported_reason(spec.contract, spec.with_defaults(combo)) is None, (planted, combo)
+
+
+def test_planted_fused_never_skips_is_caught_by_degenerate_state_boundary_cases(test_backends: str) -> None:
+    """Not only by the spec's example: the ``zeros`` class's boundary cases (an all-zero x, history[0] = 0,
+    -0.0 and -1.0) catch ``fp8_delayed_fused_never_skips`` on every input dtype and each history value."""
+    from conformance.strategies import boundary_cases
+
+    (spec,) = _specs("quant.fp8_delayed")
+    cases = [c for c in boundary_cases(spec, spec.with_defaults({"update": "fused"})) if "zeros/" in c.label]
+    assert len({c.label for c in cases}) == 9  # 3 dtypes x 3 newest history entries
+    handle = InProcessBackend(f"{test_backends}:fp8_delayed_fused_never_skips")
+    try:
+        evaluations = Runner(handle, profile="smoke").evaluate_many(spec, cases)
+    finally:
+        handle.close()
+    caught = {c.label for c, e in zip(cases, evaluations, strict=True) if e.status == "fail"}
+    assert caught == {c.label for c in cases}, sorted({c.label for c in cases} - caught)
+    reference = InProcessBackend("reference")
+    try:
+        assert all(e.status == "pass" for e in Runner(reference, profile="smoke").evaluate_many(spec, cases))
+    finally:
+        reference.close()
