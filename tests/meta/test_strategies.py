@@ -152,3 +152,19 @@ def test_scale_decision_points_in_bfloat16_hit_every_e4m3_midpoint_exactly():
         assert x.max() == 448 and np.count_nonzero(x == 448) == 1
         assert set(_e4m3_midpoints().astype(np.float32)) <= set(block_amax)
         assert np.count_nonzero(block_amax < 0.999 * np.float32(_e4m3_midpoints()[-1])) > 800
+
+
+@pytest.mark.parametrize("contract", ["quant.mx", "quant.nvfp4", "quant.fp8_block"])
+def test_block_scaled_contracts_have_all_subnormal_boundary_cases(contract):
+    """A computed amax over blocks whose every element is subnormal or 0 (float32 and bfloat16 input)."""
+    (spec,) = load_specs(contract)
+    found = set()
+    for case in boundary_cases(spec, spec.with_defaults({})):
+        x = case.inputs["x"]
+        if x.dtype not in ("float32", "bfloat16") or x.bits.size == 0:
+            continue
+        with np.errstate(invalid="ignore"):  # NaN elements of other classes
+            values = np.abs(bits_to_carrier(x.bits, x.dtype).astype(np.float64))
+        if np.all(np.isfinite(values)) and values.max() > 0 and values.max() < 2.0**-126:
+            found.add(x.dtype)
+    assert found == {"float32", "bfloat16"} or (contract == "quant.fp8_block" and found), found
