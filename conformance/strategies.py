@@ -335,7 +335,8 @@ def _boundary_members(spec: Spec, params: Mapping[str, Any]) -> list[dict[str, t
 def boundary_cases(spec: Spec, fixed: Mapping[str, Any]) -> Iterator[Case]:
     """Deterministic cases, run before any random one.
 
-    The leading input runs through every value class of every dtype; other inputs get
+    The leading input runs through every value class of every dtype (a class's ``when``, an expression
+    over the params, limits its boundary cases to the rows where it holds); other inputs get
     deterministic companions (their first value class, seeded from the case label).
     """
     range_params = [p for p in spec.params.values() if not p.finite and p.members is None]
@@ -350,6 +351,8 @@ def boundary_cases(spec: Spec, fixed: Mapping[str, Any]) -> Iterator[Case]:
         first_input = next(iter(active))
         for dtype in input_dtypes(active[first_input], params):
             for vc in [resolve_class(v, params) for v in active[first_input]["values"]]:
+                if "when" in vc and not evaluate(vc["when"], params):
+                    continue  # a class whose construction means something in some rows only
                 label = f"boundary:{vc['class']}/{dtype}"
                 if spec.elementwise:
                     pool = boundary_pool(vc, dtype)

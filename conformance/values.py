@@ -158,7 +158,7 @@ def values_to_bits(values: Any, dtype: str) -> np.ndarray:
 
 def _class_key(value_class: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     """A hashable key of a class (its ``dims`` mapping as sorted pairs); the pools do not depend on ``dims``."""
-    return tuple(sorted((str(k), v) for k, v in value_class.items() if k not in ("dims", "at", "amax_inputs", "first")))
+    return tuple(sorted((str(k), v) for k, v in value_class.items() if k not in ("dims", "at", "amax_inputs", "first", "when")))
 
 
 def boundary_pool(value_class: Mapping[str, Any], dtype: str) -> np.ndarray:
