@@ -6,7 +6,7 @@ import pytest
 
 from conformance.backends import load_backend
 from conformance.registry import load_specs
-from conformance.runner import Runner, select_rows
+from conformance.runner import Evaluation, Runner, select_rows
 from conformance.worker import InProcessBackend, IsolatedBackend
 
 ALL_SPECS = load_specs("*")
@@ -215,3 +215,26 @@ def test_planted_fused_never_skips_is_caught_by_degenerate_state_boundary_cases(
         assert all(e.status == "pass" for e in Runner(reference, profile="smoke").evaluate_many(spec, cases))
     finally:
         reference.close()
+
+
+def test_a_failing_row_reports_every_distinct_failure_class():
+    """``negative_zero_flushed`` fails in several value classes of cast.fp8: the row keeps the first failing
+    case and, after it, the first of each other (output, value class) up to ``MAX_DISTINCT_FAILURES``, each
+    minimized and named in the message; a passing row has none."""
+    from conformance.runner import MAX_DISTINCT_FAILURES, failure_class
+
+    (row,) = _run(
+        "conformance.planted:negative_zero_flushed",
+        "cast.fp8",
+        where="format == 'float8_e4m3fn' and overflow == 'saturate' and rounding == 'rne'",
+    )
+    assert row.status == "fail" and row.case is not None
+    kinds = [failure_class(row.case, Evaluation("fail", row.message, row.mismatches))]
+    kinds += [failure_class(c, e) for c, e in row.other_failures]
+    assert 2 <= len(kinds) <= MAX_DISTINCT_FAILURES and len(set(kinds)) == len(kinds), kinds
+    assert all(e.status == "fail" and c.inputs["x"].bits.size <= 64 for c, e in row.other_failures)
+    assert f"also {len(row.other_failures)} other distinct failure(s): [" in row.message
+    (good,) = _run(
+        "reference", "cast.fp8", where="format == 'float8_e4m3fn' and overflow == 'saturate' and rounding == 'rne'"
+    )
+    assert good.status == "pass" and good.other_failures == []
