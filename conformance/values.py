@@ -157,8 +157,12 @@ def values_to_bits(values: Any, dtype: str) -> np.ndarray:
 
 
 def _class_key(value_class: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """A hashable key of a class (its ``dims`` mapping as sorted pairs); the pools do not depend on ``dims``."""
-    return tuple(sorted((str(k), v) for k, v in value_class.items() if k not in ("dims", "at", "amax_inputs", "first", "when")))
+    """A hashable key of a class; the pools do not depend on the keys that only boundary cases read."""
+    return tuple(sorted((str(k), v) for k, v in value_class.items() if k not in _BOUNDARY_ONLY_KEYS))
+
+
+_BOUNDARY_ONLY_KEYS = ("dims", "at", "amax_inputs", "first", "when")
+"""Value-class keys that shape boundary cases (sizes, places, companions, rows), not element pools."""
 
 
 def boundary_pool(value_class: Mapping[str, Any], dtype: str) -> np.ndarray:
