@@ -19,6 +19,9 @@ Kinds (a spec's ``outputs.<name>.compare.kind``):
   rounding is unbiased within that bound.  The reference's own draws are not compared.
 
 ``dont_care`` names a boolean output of the reference that masks elements out (padding).
+``nan_any`` (a bool, or an expression over the params) declares per variant that the source permits any NaN
+encoding: where it holds, any NaN equals any NaN under ``bitwise`` too (``nan_equal`` is ``bitwise`` with
+``nan_any: true``), NaN-ness again from the dtype or ``format``; where it does not, the NaN code is pinned.
 The tolerances of ``close`` and ``bound`` (``atol``, ``rtol``, ``mtol``) are numbers or expressions
 over the params (``"2**-7 if out_dtype == 'bfloat16' else 2**-22"``).
 Equality is checked vectorised first; the per-element report is built only on failure.
@@ -37,7 +40,7 @@ from conformance.expr import evaluate
 from conformance.formats import FORMATS
 from conformance.values import INTEGER_CODE_BITS
 
-__all__ = ["TOLERANCE_KINDS", "Mismatch", "compare_outputs", "format_bits", "tolerance_usage"]
+__all__ = ["TOLERANCE_KINDS", "Mismatch", "compare_outputs", "format_bits", "nan_any", "tolerance_usage"]
 
 MAX_REPORTED = 8
 
@@ -147,15 +150,24 @@ def _allowed(
     return allowed
 
 
+def nan_any(rule: Mapping[str, Any], params: Mapping[str, Any]) -> bool:
+    """Whether ``rule`` lets any NaN encoding match any other for these params (its ``nan_any``, default false)."""
+    value = rule.get("nan_any", False)
+    result = evaluate(value, params) if isinstance(value, str) else value
+    if not isinstance(result, bool | np.bool_):
+        raise ValueError(f"compare.nan_any={value!r} gives {result!r} for {dict(params)}, not a bool")
+    return bool(result)
+
+
 def _equal(
     rule: Mapping[str, Any], params: Mapping[str, Any], ref: np.ndarray, got: np.ndarray, dtype: str, fmt: str | None
 ) -> np.ndarray:
     kind = rule["kind"]
     same = ref == got
-    if kind == "bitwise":
+    if kind == "bitwise" and not nan_any(rule, params):
         return same
     both_nan = _is_nan(ref, dtype, fmt) & _is_nan(got, dtype, fmt)
-    if kind == "nan_equal":
+    if kind in ("nan_equal", "bitwise"):
         return same | both_nan
     if kind == "ulp":
         return same | both_nan | (_ulp_distance(ref, got, dtype) <= int(rule["max_ulp"]))

@@ -129,6 +129,9 @@ class ComboResult:
     mismatches: list[Mismatch] = field(default_factory=list)
     error_counts: dict[str, np.ndarray] = field(default_factory=dict)
     """Per output with a tolerance, elements per bin of ``ERROR_BIN_EDGES`` (module docstring)."""
+    other_failures: list[tuple[Case, Evaluation]] = field(default_factory=list)
+    """Further failing deterministic cases, one per distinct failure class (``failure_class``) other than the
+    first's, each minimized, at most ``MAX_DISTINCT_FAILURES - 1``; ``message`` lists them too."""
     skipped: int = 0
     """Cases the backend turned down by raising ``conformance.backends.NotSupported`` (not in ``cases``)."""
     skip_reason: str = ""
@@ -161,6 +164,19 @@ class ComboResult:
         """Add the error distribution of one evaluated case."""
         for name, counts in evaluation.error_counts.items():
             self.error_counts[name] = self.error_counts.get(name, 0) + counts
+
+
+MAX_DISTINCT_FAILURES = 4
+"""The most distinct failure classes a row's deterministic cases report (so one benign difference does not hide
+a real one); the first failing case is the row's ``case``, the others go to ``other_failures``."""
+
+
+def failure_class(case: Case, evaluation: Evaluation) -> tuple[str, str]:
+    """What makes two failures distinct: the first differing output (or the status) and the case's kind (an
+    example, or the value class of a boundary case: the part of its label before the first ``/``)."""
+    output = evaluation.mismatches[0].output if evaluation.mismatches else evaluation.status
+    kind = "example" if case.label.startswith("example:") else case.label.split("/")[0]
+    return output, kind
 
 
 class _Failed(Exception):
@@ -407,7 +423,13 @@ class Runner:
         return False
 
     def _deterministic(self, spec: Spec, combo: Mapping[str, Any], result: ComboResult) -> bool:
-        """Run the row's examples and boundary cases in batches (``batches``); whether one did not pass."""
+        """Run the row's examples and boundary cases in batches (``batches``); whether one did not pass.
+
+        After a failing (``fail``) case the row's other deterministic cases still run, and the first case of each
+        further distinct ``failure_class`` is kept (minimized), up to ``MAX_DISTINCT_FAILURES``; an error or a
+        crash stops the row there."""
+        failures: dict[tuple[str, str], tuple[Case, Evaluation]] = {}
+        stopped = False
         for batch in batches(self.deterministic_cases(spec, combo)):
             evaluations = self.evaluate_many(spec, batch)
             for case, evaluation in zip(batch, evaluations, strict=False):
@@ -415,13 +437,29 @@ class Runner:
                 if result.skip(evaluation):
                     continue
                 if case.label.startswith("example:") and (problem := self._check_expectation(spec, case)):
-                    self._record(result, case, Evaluation("error", problem))
-                    return True
+                    failures[("expectation", case.label)] = (case, Evaluation("error", problem))
+                    stopped = True
+                    break
                 result.count_errors(evaluation)
-                if evaluation.status != "pass":
-                    self._record(result, *self._minimize(spec, case, evaluation))
-                    return True
-        return False
+                if evaluation.status == "pass":
+                    continue
+                key = failure_class(case, evaluation)
+                if key not in failures and len(failures) < MAX_DISTINCT_FAILURES:
+                    failures[key] = self._minimize(spec, case, evaluation)
+                if evaluation.status != "fail" or len(failures) == MAX_DISTINCT_FAILURES:
+                    stopped = True
+                    break
+            if stopped:
+                break
+        if not failures:
+            return False
+        first, *others = failures.values()
+        self._record(result, *first)
+        result.other_failures = others
+        if others:
+            also = "; ".join(f"[{c.label}] {e.message.splitlines()[0] if e.message else e.status}" for c, e in others)
+            result.message = f"{result.message}\nalso {len(others)} other distinct failure(s): {also}"
+        return True
 
     def _sweep(self, spec: Spec, combo: Mapping[str, Any], result: ComboResult) -> None:
         params = spec.with_defaults(combo)

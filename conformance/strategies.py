@@ -23,7 +23,7 @@ import hypothesis.strategies as st
 import numpy as np
 from hypothesis import assume
 
-from conformance.carriers import get_dtype
+from conformance.carriers import bits_to_carrier, get_dtype
 from conformance.case import Case, TensorBits
 from conformance.expr import evaluate
 from conformance.registry import Spec
@@ -276,6 +276,35 @@ def _companion(
     return TensorBits(dtype, array)
 
 
+def _amax_companion(x: TensorBits, companion: TensorBits) -> TensorBits:
+    """A float32 companion filled with max |x| over the non-NaN elements of ``x``: a value class's
+    ``amax_inputs`` (a given amax that agrees with the data, so the class's construction holds there too)."""
+    if companion.dtype != "float32" or get_dtype(x.dtype).kind != "float":
+        return companion
+    with np.errstate(invalid="ignore"):
+        magnitude = np.abs(bits_to_carrier(x.bits, x.dtype).astype(np.float32))
+    finite = magnitude[~np.isnan(magnitude)]
+    amax = np.float32(finite.max()) if finite.size else np.float32(0)
+    return TensorBits("float32", np.full(companion.bits.shape, amax, np.float32).view(np.uint32))
+
+
+def _first_values(vc: Mapping[str, Any]) -> list[tuple[dict[str, float], str]]:
+    """A class's ``first`` (``{input: [v, ...]}``): one boundary case per listed value of each input, that
+    input's first element set to it (degenerate state: a history whose newest entry is 0, -0, negative)."""
+    firsts = [
+        ({name: value}, f"[{name}[0]={value!r}]") for name, values in vc.get("first", {}).items() for value in values
+    ]
+    return firsts or [({}, "")]
+
+
+def _with_first(companion: TensorBits, value: float) -> TensorBits:
+    """``companion`` with its first element set to ``value`` (a float input; its sign kept for -0.0)."""
+    bits = companion.bits.copy()
+    if bits.size:
+        bits.reshape(-1)[0] = values_to_bits([value], companion.dtype)[0]
+    return TensorBits(companion.dtype, bits)
+
+
 def _boundary_members(spec: Spec, params: Mapping[str, Any]) -> list[dict[str, tuple[int, ...]]]:
     """Member-param assignments of boundary cases: all smallest, and each param all equal or ragged.
 
@@ -306,7 +335,8 @@ def _boundary_members(spec: Spec, params: Mapping[str, Any]) -> list[dict[str, t
 def boundary_cases(spec: Spec, fixed: Mapping[str, Any]) -> Iterator[Case]:
     """Deterministic cases, run before any random one.
 
-    The leading input runs through every value class of every dtype; other inputs get
+    The leading input runs through every value class of every dtype (a class's ``when``, an expression
+    over the params, limits its boundary cases to the rows where it holds); other inputs get
     deterministic companions (their first value class, seeded from the case label).
     """
     range_params = [p for p in spec.params.values() if not p.finite and p.members is None]
@@ -321,6 +351,8 @@ def boundary_cases(spec: Spec, fixed: Mapping[str, Any]) -> Iterator[Case]:
         first_input = next(iter(active))
         for dtype in input_dtypes(active[first_input], params):
             for vc in [resolve_class(v, params) for v in active[first_input]["values"]]:
+                if "when" in vc and not evaluate(vc["when"], params):
+                    continue  # a class whose construction means something in some rows only
                 label = f"boundary:{vc['class']}/{dtype}"
                 if spec.elementwise:
                     pool = boundary_pool(vc, dtype)
@@ -329,7 +361,9 @@ def boundary_cases(spec: Spec, fixed: Mapping[str, Any]) -> Iterator[Case]:
                         inputs[name] = _companion(spec, name, params, input_dtypes(decl, params)[0], pool.shape, label)
                     yield Case(spec.contract, params, inputs, label)
                     continue
-                for dims, place in _class_shapes(spec, params, vc):
+                for (dims, place), (first, first_label) in itertools.product(
+                    _class_shapes(spec, params, vc), _first_values(vc)
+                ):
                     shape = shape_of(spec, first_input, dims)
                     if int(np.prod(shape)) > BOUNDARY_MAX_NUMEL:
                         continue
@@ -342,8 +376,12 @@ def boundary_cases(spec: Spec, fixed: Mapping[str, Any]) -> Iterator[Case]:
                         dtypes = input_dtypes(decl, params)
                         dt = dtype if dtype in dtypes else dtypes[0]
                         inputs[name] = _companion(spec, name, params, dt, shape_of(spec, name, dims), label)
+                        if name in vc.get("amax_inputs", ()):
+                            inputs[name] = _amax_companion(inputs[first_input], inputs[name])
+                        if name in first:
+                            inputs[name] = _with_first(inputs[name], first[name])
                     where = f"@{place}" if place else ""
-                    yield Case(spec.contract, params, inputs, f"{label}{where}/{_dims_label(dims)}")
+                    yield Case(spec.contract, params, inputs, f"{label}{where}{first_label}/{_dims_label(dims)}")
 
 
 def _class_shapes(

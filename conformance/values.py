@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 _FLOAT_LAYOUT = {"float32": (8, 23), "float16": (5, 10), "bfloat16": (8, 7), "float64": (11, 52)}
-ARRAY_CLASSES = ("zero_blocks", "outlier_blocks", "lone_extreme")
+ARRAY_CLASSES = ("zero_blocks", "outlier_blocks", "lone_extreme", "scale_decision_points", "zeros")
 """Classes that act on a whole array after its elements are drawn (``apply_block_class``); their elements are
 ``normal`` ones."""
 EXTREME_PLACES = ("last", "middle", "second_chunk")
@@ -157,8 +157,12 @@ def values_to_bits(values: Any, dtype: str) -> np.ndarray:
 
 
 def _class_key(value_class: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """A hashable key of a class (its ``dims`` mapping as sorted pairs); the pools do not depend on ``dims``."""
-    return tuple(sorted((str(k), v) for k, v in value_class.items() if k not in ("dims", "at")))
+    """A hashable key of a class; the pools do not depend on the keys that only boundary cases read."""
+    return tuple(sorted((str(k), v) for k, v in value_class.items() if k not in _BOUNDARY_ONLY_KEYS))
+
+
+_BOUNDARY_ONLY_KEYS = ("dims", "at", "amax_inputs", "first", "when")
+"""Value-class keys that shape boundary cases (sizes, places, companions, rows), not element pools."""
 
 
 def boundary_pool(value_class: Mapping[str, Any], dtype: str) -> np.ndarray:
@@ -281,7 +285,8 @@ def _bulk_sampler(key: tuple[tuple[str, Any], ...], dtype: str) -> Sampler:
 def apply_block_class(
     bits: np.ndarray, dtype: str, value_class: Mapping[str, Any], rng: np.random.Generator
 ) -> np.ndarray:
-    """Zero whole blocks, or put one large outlier in each block, along the last axis; or (``lone_extreme``)
+    """Zero whole blocks, or put one large outlier in each block, along the last axis; or (``zeros``) make every
+    element +-0; or (``scale_decision_points``) build NVFP4 block amaxes on E4M3 midpoints; or (``lone_extreme``)
     plant one value of larger magnitude than every other finite element of the array at ``at`` (one of
     ``EXTREME_PLACES``, drawn when the class names none).
 
@@ -294,6 +299,13 @@ def apply_block_class(
         return bits
     if name == "lone_extreme":
         return _lone_extreme(bits, dtype, str(value_class.get("at") or rng.choice(EXTREME_PLACES)), rng)
+    if name == "scale_decision_points":
+        return _scale_decision_points(bits, dtype, value_class, rng)
+    if name == "zeros":  # every element +-0 (drawn signs): a degenerate all-zero input, amax 0
+        if get_dtype(dtype).kind != "float":
+            return np.zeros_like(bits)
+        sign = bits.dtype.type(1 << (get_dtype(dtype).bits - 1))
+        return np.where(rng.integers(0, 2, size=bits.shape) == 1, sign, bits.dtype.type(0)).astype(bits.dtype)
     block = int(value_class.get("block", 32))
     out = bits.copy()
     width = out.shape[-1]
@@ -325,3 +337,87 @@ def _lone_extreme(bits: np.ndarray, dtype: str, at: str, rng: np.random.Generato
     extreme = _float_bits(np.array([magnitude if rng.integers(0, 2) else -magnitude]), dtype)[0]
     flat[index] = extreme
     return flat.reshape(bits.shape)
+
+
+# -- NVFP4 block scales on their E4M3 rounding decision points ------------------------------------------------
+NVFP4_RULES = ("te", "torchao", "torchao_cuda")
+"""The ``rule`` a ``scale_decision_points`` class aims at: quant.nvfp4's ``scale_rule`` values."""
+DECISION_POINT_TENSOR_AMAX = 1000.37
+"""The float32 tensor amax of ``scale_decision_points``: a full mantissa, so ``S_enc = fl32(2688 / A)`` is not a
+power of two and the rules' float32 associations round differently on some blocks."""
+DECISION_POINT_OFFSETS = (-3, -2, -1, 0, 1, 2, 3)
+"""Input-dtype ulps either side of ``fl32(mu / c)`` that ``scale_decision_points`` puts the block amaxes at."""
+
+
+def _e4m3_midpoints() -> np.ndarray:
+    """The 126 midpoints between consecutive positive finite E4M3 values (0 .. 448), ascending."""
+    subnormal = np.arange(8) * 2.0**-9
+    normal = np.array([(1 + m / 8) * 2.0**e for e in range(-6, 9) for m in range(8)])
+    values = np.concatenate([subnormal, normal[normal <= 448.0]])
+    return (values[:-1] + values[1:]) / 2
+
+
+def _nvfp4_block_multiplier(rule: str, amax: np.float32) -> float:
+    """``c`` with block target ``~ b * c`` under ``rule`` (quant.nvfp4's ``scale_rule``) for tensor amax ``amax``:
+    te ``fl32(fl32(2688 / A) * fl32(1/6))``; torchao and torchao_cuda ``1 / (6 * pts)`` with ``pts`` their
+    float32 per-tensor scale (``fl32(A / 2688)``, ``fl32(A * fl32(1/2688))``)."""
+    f32 = np.float32
+    if rule == "te":
+        return float(f32(f32(2688) / amax) * f32(1 / 6))
+    if rule == "torchao":
+        return 1.0 / (6.0 * float(amax / f32(2688)))
+    if rule == "torchao_cuda":
+        return 1.0 / (6.0 * float(amax * f32(1 / 2688)))
+    raise ValueError(f"scale_decision_points: rule={rule!r} is not one of {NVFP4_RULES}")
+
+
+def _scale_decision_points(
+    bits: np.ndarray, dtype: str, value_class: Mapping[str, Any], rng: np.random.Generator
+) -> np.ndarray:
+    """An NVFP4 ``[M, K]`` input (``axis: 1``, the default: 1x16 blocks along rows; ``axis: 0``: along columns,
+    the columnwise operand's blocks) whose block amaxes put the block-scale target ``b * c`` within a few ulps
+    of each E4M3 rounding midpoint ``mu``, so that every float32 association of the scale formula is tested
+    where it matters (random search essentially never gets there).
+
+    float32: the tensor amax is ``DECISION_POINT_TENSOR_AMAX`` (once, in the last block), ``c`` the
+    ``rule``'s multiplier (``_nvfp4_block_multiplier``) and the block amaxes ``fl32(mu / c)`` +-
+    ``DECISION_POINT_OFFSETS`` float32 ulps.  16-bit inputs cannot reach a float32 ulp of ``mu / c`` for a
+    full-mantissa ``c``: there the tensor amax is 448 (``S_enc = 6`` exactly, ``c = 1`` under te) and the
+    block amaxes are ``mu`` +- the offsets in the input dtype's ulps (exact ties at 0).  Blocks cycle
+    through (midpoint, offset) from a drawn start; each block's other 15 elements are ``b * i / 16`` with
+    drawn signs, and its amax sits at a drawn place.
+    """
+    if get_dtype(dtype).kind != "float" or bits.ndim != 2 or bits.shape[-1 if value_class.get("axis", 1) else 0] % 16:
+        return bits
+    rule = str(value_class.get("rule", "te"))
+    axis = int(value_class.get("axis", 1))
+    shape = bits.shape if axis == 1 else bits.shape[::-1]
+    blocks = shape[0] * shape[1] // 16
+    midpoints = _e4m3_midpoints()
+    if dtype == "float32":
+        amax = np.float32(DECISION_POINT_TENSOR_AMAX)
+        centres = (midpoints / _nvfp4_block_multiplier(rule, amax)).astype(np.float32)
+    else:
+        amax = np.float32(448.0)
+        centres = midpoints.astype(np.float32)
+    combos = [(c, k) for c in centres for k in DECISION_POINT_OFFSETS]
+    start = int(rng.integers(0, len(combos)))
+    amaxes = np.empty(blocks, np.float64)
+    for i in range(blocks):
+        centre, k = combos[(start + i) % len(combos)]
+        amaxes[i] = _step_ulps(float(centre), k, dtype)
+    fractions = np.arange(16) / 16.0
+    values = np.empty((blocks, 16), np.float64)
+    for i in range(blocks):
+        order = rng.permutation(16)
+        values[i] = amaxes[i] * np.where(order == 15, 1.0, fractions[order])
+    values *= np.where(rng.integers(0, 2, size=values.shape) == 1, -1.0, 1.0)
+    values[-1, int(rng.integers(0, 16))] = float(amax) * (1 if rng.integers(0, 2) else -1)
+    out = _float_bits(values.reshape(shape), dtype).astype(bits.dtype)
+    return out if axis == 1 else np.ascontiguousarray(out.T)
+
+
+def _step_ulps(value: float, k: int, dtype: str) -> float:
+    """``value`` rounded to ``dtype`` (positive), moved ``k`` ulps of ``dtype`` (up for k > 0)."""
+    code = int(_float_bits(np.array([value]), dtype)[0]) + k
+    return float(bits_to_carrier(np.array([code], get_dtype(dtype).bit_dtype), dtype).astype(np.float64)[0])

@@ -57,7 +57,7 @@ __all__ = ["INDEX", "VECTORS_FORMAT", "check_case", "check_vectors", "export_vec
 INDEX = "index.json"
 VECTORS_FORMAT = {"format": "qconform-vectors", "version": 1}
 _AUXILIARY_KEYS = ("dont_care", "magnitude", "lower", "upper", "p_upper")
-_TOLERANCE_KEYS = ("atol", "rtol", "mtol", "max_ulp", "z")
+_TOLERANCE_KEYS = ("atol", "rtol", "mtol", "max_ulp", "z", "nan_any")
 
 
 def _random_cases(spec: Spec, combo: Mapping[str, Any], count: int, seed_value: int) -> list[Case]:
@@ -87,7 +87,9 @@ def _write(path: Path, array: np.ndarray) -> None:
 
 def _resolved_rule(rule: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
     """A comparison rule with each tolerance evaluated for ``params`` (a number, not an expression)."""
-    return {k: (evaluate(v, params) if k in _TOLERANCE_KEYS else v) for k, v in rule.items()}
+    return {
+        k: (evaluate(v, params) if k in _TOLERANCE_KEYS and not isinstance(v, bool) else v) for k, v in rule.items()
+    }
 
 
 def _export_case(spec: Spec, row: str, case: Case, case_id: str, directory: Path, root: Path) -> dict[str, Any]:

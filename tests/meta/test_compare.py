@@ -46,6 +46,37 @@ def test_nan_equal_on_float32_ignores_payload_but_not_values():
     assert m.elements[0]["index"] == [1]
 
 
+def test_nan_any_is_declared_per_variant():
+    """``nan_any`` (an expression over the params) makes bitwise accept any NaN encoding of the output's
+    ``format`` in the variants it names only; elsewhere the NaN code stays pinned, and non-NaN codes are
+    always exact."""
+    rule = {"kind": "bitwise", "nan_any": "format == 'float8_e5m2'"}
+    outputs = {"codes": {**CODES["codes"], "compare": rule}}
+    e5m2, e4m3 = {"format": "float8_e5m2"}, {"format": "float8_e4m3fn"}
+    ref = {"codes": np.array([0x7F, 0x80, 0xFE], dtype=np.uint8)}  # E5M2: NaN, -0, NaN
+    any_nan = {"codes": np.array([0xFD, 0x80, 0x7E], dtype=np.uint8)}  # other NaN encodings, same -0
+    assert _compare(outputs, ref, any_nan, params=e5m2) == []
+    (pinned,) = _compare(
+        outputs,
+        {"codes": np.array([0x7F, 0x80, 0xFF], np.uint8)},
+        {"codes": np.array([0xFF, 0x80, 0xFF], np.uint8)},
+        params=e4m3,
+    )
+    assert pinned.count == 1 and pinned.elements[0]["index"] == [0]
+    (zero,) = _compare(outputs, ref, {"codes": np.array([0xFD, 0x00, 0x7E], np.uint8)}, params=e5m2)
+    assert zero.count == 1 and zero.elements[0]["index"] == [1]  # -0 against +0 still differs
+    assert (
+        _compare(
+            {"codes": {**CODES["codes"], "compare": {"kind": "bitwise", "nan_any": True}}}, ref, any_nan, params=e5m2
+        )
+        == []
+    )
+    with pytest.raises(ValueError, match="nan_any"):
+        _compare(
+            {"codes": {**CODES["codes"], "compare": {"kind": "bitwise", "nan_any": "1 + 1"}}}, ref, any_nan, params=e5m2
+        )
+
+
 def test_ulp_and_close_tolerances():
     one = np.float32(1.0)
     ref = {"y": np.array([one, one], dtype=np.float32).view(np.uint32)}

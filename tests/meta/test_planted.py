@@ -6,7 +6,7 @@ import pytest
 
 from conformance.backends import load_backend
 from conformance.registry import load_specs
-from conformance.runner import Runner, select_rows
+from conformance.runner import Evaluation, Runner, select_rows
 from conformance.worker import InProcessBackend, IsolatedBackend
 
 ALL_SPECS = load_specs("*")
@@ -138,19 +138,13 @@ SCALE_BUGS = [
         2,  # a spec example: an all-zero x and a history whose newest entry is 0; other fused rows pass
         id="fp8-delayed-degenerate-state",
     ),
-    # Not caught by smoke today: the inputs it needs are not generated yet (issue #32).
     pytest.param(
         "nvfp4_block_scale_association",
         "quant.nvfp4",
         f"{NVFP4_TE} and usage == 'rowwise' and zero_scale == 'flt_max'",
         "scales",
-        4096,
+        64 * 224,  # the spec's scale_decision_points class: block amaxes fl32(mu / c) +- 3 ulps, c = fl32(S_enc/6)
         id="nvfp4-block-scale-ulp",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="needs block amaxes b = fl32(mu / c) +- 1..3 ulps for E4M3 midpoints mu, c = fl32(S_enc *"
-            " fl32(1/6)), under a tensor amax whose S_enc = fl32(2688 / amax) is not a power of two",
-        ),
     ),
     pytest.param(
         "fp8_tensor_amax_first_chunk",
@@ -201,3 +195,48 @@ def test_planted_scale_bug_rows_exist(
     assert rows, f"{planted}: no row matches {where!r}"
     for spec, combo in rows:
         assert backend.unsupported_reason(spec.contract, spec.with_defaults(combo)) is None, (planted, combo)
+
+
+def test_planted_fused_never_skips_is_caught_by_degenerate_state_boundary_cases(test_backends: str) -> None:
+    """Not only by the spec's example: the ``zeros`` class's boundary cases (an all-zero x, history[0] = 0,
+    -0.0 and -1.0) catch ``fp8_delayed_fused_never_skips`` on every input dtype and each history value."""
+    from conformance.strategies import boundary_cases
+
+    (spec,) = _specs("quant.fp8_delayed")
+    cases = [c for c in boundary_cases(spec, spec.with_defaults({"update": "fused"})) if "zeros/" in c.label]
+    assert len({c.label for c in cases}) == 9  # 3 dtypes x 3 newest history entries
+    handle = InProcessBackend(f"{test_backends}:fp8_delayed_fused_never_skips")
+    try:
+        evaluations = Runner(handle, profile="smoke").evaluate_many(spec, cases)
+    finally:
+        handle.close()
+    caught = {c.label for c, e in zip(cases, evaluations, strict=True) if e.status == "fail"}
+    assert caught == {c.label for c in cases}, sorted({c.label for c in cases} - caught)
+    reference = InProcessBackend("reference")
+    try:
+        assert all(e.status == "pass" for e in Runner(reference, profile="smoke").evaluate_many(spec, cases))
+    finally:
+        reference.close()
+
+
+def test_a_failing_row_reports_every_distinct_failure_class():
+    """``negative_zero_flushed`` fails in several value classes of cast.fp8: the row keeps the first failing
+    case and, after it, the first of each other (output, value class) up to ``MAX_DISTINCT_FAILURES``, each
+    minimized and named in the message; a passing row has none."""
+    from conformance.runner import MAX_DISTINCT_FAILURES, failure_class
+
+    (row,) = _run(
+        "conformance.plugins.planted:negative_zero_flushed",
+        "cast.fp8",
+        where="format == 'float8_e4m3fn' and overflow == 'saturate' and rounding == 'rne'",
+    )
+    assert row.status == "fail" and row.case is not None
+    kinds = [failure_class(row.case, Evaluation("fail", row.message, row.mismatches))]
+    kinds += [failure_class(c, e) for c, e in row.other_failures]
+    assert 2 <= len(kinds) <= MAX_DISTINCT_FAILURES and len(set(kinds)) == len(kinds), kinds
+    assert all(e.status == "fail" and c.inputs["x"].bits.size <= 64 for c, e in row.other_failures)
+    assert f"also {len(row.other_failures)} other distinct failure(s): [" in row.message
+    (good,) = _run(
+        "reference", "cast.fp8", where="format == 'float8_e4m3fn' and overflow == 'saturate' and rounding == 'rne'"
+    )
+    assert good.status == "pass" and good.other_failures == []

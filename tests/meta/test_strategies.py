@@ -95,3 +95,76 @@ def test_array_classes_leave_empty_arrays_alone():
         for vc in ({"class": "lone_extreme"}, {"class": "outlier_blocks", "block": 2}, {"class": "zero_blocks"}):
             empty = np.zeros(shape, np.uint32)
             assert apply_block_class(empty, "float32", vc, np.random.default_rng(0)).shape == shape
+
+
+def _nvfp4_targets(b: np.ndarray, amax: np.float32, rule: str) -> np.ndarray:
+    """The float32 block-scale target of quant.nvfp4's ``scale_rule`` (the spec's doc), before its E4M3 rounding."""
+    f32 = np.float32
+    if rule == "te":
+        return b * (f32(f32(2688) / amax) * f32(1 / 6))
+    pts = amax / f32(2688) if rule == "torchao" else amax * f32(1 / 2688)
+    return (b / f32(6) if rule == "torchao" else b * f32(1 / 6)) / pts
+
+
+@pytest.mark.parametrize("rule", ["te", "torchao", "torchao_cuda"])
+def test_scale_decision_points_put_nvfp4_block_targets_next_to_every_e4m3_midpoint(rule):
+    """float32 input: every E4M3 rounding midpoint mu gets block targets below, above and within an ulp of it
+    (the block amaxes are 3 ulps either side of fl32(mu / c)), under a full-mantissa S_enc; the tensor amax
+    occurs once; blocks along columns for ``axis: 0``; a given amax equals the data's."""
+    from conformance.values import _e4m3_midpoints
+
+    (nvfp4,) = load_specs("quant.nvfp4")
+    fixed = nvfp4.with_defaults({"scale_rule": rule, "usage": "both", "amax_source": "given"})
+    cases = [c for c in boundary_cases(nvfp4, fixed) if "scale_decision_points/float32" in c.label]
+    assert len(cases) == 2
+    midpoints = _e4m3_midpoints().astype(np.float32)
+    for case in cases:
+        x = bits_to_carrier(case.inputs["x"].bits, "float32")
+        blocks = np.abs(x if case.inputs["x"].shape == (64, 224) else x.T).reshape(-1, 16)
+        amax = np.float32(np.abs(x).max())
+        assert np.count_nonzero(np.abs(x) == amax) == 1 and np.float32(2688) / amax != 2 ** np.round(
+            np.log2(2688 / amax)
+        )
+        given = [case.inputs[name].bits.view(np.float32)[0] for name in ("amax", "columnwise_amax")]
+        assert given == [amax, amax]
+        targets = _nvfp4_targets(blocks.max(axis=1)[:-1], amax, rule)
+        nearest = np.searchsorted(midpoints, targets).clip(1, len(midpoints) - 1)
+        below = np.abs(targets - midpoints[nearest - 1]) < np.abs(targets - midpoints[nearest])
+        nearest = np.where(below, nearest - 1, nearest)
+        ulps = targets.view(np.int32).astype(np.int64) - midpoints[nearest].view(np.int32).astype(np.int64)
+        assert np.abs(ulps).max() <= 7  # 3 ulps of b are at most 6 of the target (c < 1 moves the binade)
+        for mu in range(len(midpoints)):
+            near = ulps[nearest == mu]
+            assert near.min() < 0 < near.max() and np.abs(near).min() <= 1, (mu, sorted(set(near)))
+
+
+def test_scale_decision_points_in_bfloat16_hit_every_e4m3_midpoint_exactly():
+    """16-bit input cannot reach a float32 ulp of mu / c: the tensor amax is 448 (S_enc = 6, c = 1 under te),
+    so the block amaxes are the midpoints themselves (exact ties) and bfloat16 neighbours either side."""
+    from conformance.values import _e4m3_midpoints
+
+    (nvfp4,) = load_specs("quant.nvfp4")
+    cases = [c for c in boundary_cases(nvfp4, nvfp4.with_defaults({})) if "scale_decision_points/bfloat16" in c.label]
+    assert len(cases) == 2
+    for case in cases:
+        x = np.abs(bits_to_carrier(case.inputs["x"].bits, "bfloat16"))
+        block_amax = (x if x.shape == (64, 224) else x.T).reshape(-1, 16).max(axis=1)
+        assert x.max() == 448 and np.count_nonzero(x == 448) == 1
+        assert set(_e4m3_midpoints().astype(np.float32)) <= set(block_amax)
+        assert np.count_nonzero(block_amax < 0.999 * np.float32(_e4m3_midpoints()[-1])) > 800
+
+
+@pytest.mark.parametrize("contract", ["quant.mx", "quant.nvfp4", "quant.fp8_block"])
+def test_block_scaled_contracts_have_all_subnormal_boundary_cases(contract):
+    """A computed amax over blocks whose every element is subnormal or 0 (float32 and bfloat16 input)."""
+    (spec,) = load_specs(contract)
+    found = set()
+    for case in boundary_cases(spec, spec.with_defaults({})):
+        x = case.inputs["x"]
+        if x.dtype not in ("float32", "bfloat16") or x.bits.size == 0:
+            continue
+        with np.errstate(invalid="ignore"):  # NaN elements of other classes
+            values = np.abs(bits_to_carrier(x.bits, x.dtype).astype(np.float64))
+        if np.all(np.isfinite(values)) and values.max() > 0 and values.max() < 2.0**-126:
+            found.add(x.dtype)
+    assert found == {"float32", "bfloat16"} or (contract == "quant.fp8_block" and found), found
