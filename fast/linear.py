@@ -24,7 +24,8 @@ Spec: ``specs/linear/quantized.yaml``; TE ``transformer_engine/pytorch/module/li
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import torch
@@ -173,12 +174,27 @@ def quantized(
                          "must be on one device")  # fmt: skip
     leaves = [t.detach().clone().requires_grad_(True) for t in (x, w, b)]
     x_leaf, w_leaf, b_leaf = leaves
-    if recipe == "none":
-        y = torch.nn.functional.linear(x_leaf, w_leaf, b_leaf)
-    else:
-        y = QuantizedLinear.apply(x_leaf, w_leaf, b_leaf, recipe)
-    dx, dw, db = torch.autograd.grad(y, leaves, dy)
+    with _float32_reductions():
+        if recipe == "none":
+            y = torch.nn.functional.linear(x_leaf, w_leaf, b_leaf)
+        else:
+            y = QuantizedLinear.apply(x_leaf, w_leaf, b_leaf, recipe)
+        dx, dw, db = torch.autograd.grad(y, leaves, dy)
     return {"y": y.detach(), "dx": dx, "dw": dw, "db": db}
+
+
+@contextlib.contextmanager
+def _float32_reductions() -> Iterator[None]:
+    """cuBLAS bfloat16 GEMMs accumulate in float32 inside: torch allows them reduced-precision reductions by
+    default (``allow_bf16_reduced_precision_reduction``), which the contract's float32-accumulation bound does not
+    (on the H200 a 14-long ``dx`` sum came out 5 bfloat16 ulps off with it allowed)."""
+    matmul = torch.backends.cuda.matmul
+    saved = matmul.allow_bf16_reduced_precision_reduction
+    matmul.allow_bf16_reduced_precision_reduction = False
+    try:
+        yield
+    finally:
+        matmul.allow_bf16_reduced_precision_reduction = saved
 
 
 def _check_shapes(x: tuple[int, ...], w: tuple[int, ...], b: tuple[int, ...], dy: tuple[int, ...]) -> None:
